@@ -1,0 +1,103 @@
+"""Settings: every BRIDGE_* environment variable, read once at start; a bad value names its variable."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from bridge.domain.model import Origin
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message names the variable."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    data_dir: Path
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 5701
+    legacy_url: str = "http://127.0.0.1:5700"
+    legacy_data_dir: Path | None = None
+    shadow_origins: frozenset[str] = frozenset()
+    shadow_budget_ms: int = 50
+    forward_timeout_s: float = 1800.0  # 2.x's own nginx era proxied with 1800 s timeouts
+    sqlite_busy_budget_ms: int = 400
+    payload_cap_bytes: int = 2048
+    workers: int = 2
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        data_dir = Path(env.get("BRIDGE_DATA_DIR") or "./var")
+        url = env.get("BRIDGE_DATABASE_URL") or f"sqlite:///{(data_dir / 'bridge.sqlite').resolve()}"
+        if not url.startswith(("sqlite:///", "postgresql+psycopg://", "postgresql://")):
+            raise ConfigError("BRIDGE_DATABASE_URL", "must be a sqlite:/// or postgresql+psycopg:// URL")
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        host, port = _listen(env.get("BRIDGE_LISTEN") or "127.0.0.1:5701")
+        legacy_dir = env.get("BRIDGE_LEGACY_DATA_DIR")
+        return cls(
+            database_url=url,
+            data_dir=data_dir,
+            listen_host=host,
+            listen_port=port,
+            legacy_url=_http_url("BRIDGE_LEGACY_URL", env.get("BRIDGE_LEGACY_URL") or "http://127.0.0.1:5700"),
+            legacy_data_dir=Path(legacy_dir) if legacy_dir else None,
+            shadow_origins=_origins(env.get("BRIDGE_SHADOW_ORIGINS") or ""),
+            shadow_budget_ms=_int(env, "BRIDGE_SHADOW_BUDGET_MS", 50, low=1, high=10_000),
+            forward_timeout_s=float(_int(env, "BRIDGE_FORWARD_TIMEOUT_S", 1800, low=1, high=86_400)),
+            sqlite_busy_budget_ms=_int(env, "BRIDGE_SQLITE_BUSY_BUDGET_MS", 400, low=1, high=900),
+            payload_cap_bytes=_int(env, "BRIDGE_PAYLOAD_CAP_BYTES", 2048, low=256, high=65_536),
+            workers=_int(env, "BRIDGE_WORKERS", 2, low=1, high=32),
+        )
+
+    @property
+    def legacy_database_path(self) -> Path | None:
+        return self.legacy_data_dir / "db" / "database.sqlite" if self.legacy_data_dir else None
+
+    @property
+    def legacy_keyv_path(self) -> Path | None:
+        return self.legacy_data_dir / "db" / "keyv.sqlite" if self.legacy_data_dir else None
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a whole number, got {raw[:20]!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(name, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _listen(raw: str) -> tuple[str, int]:
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError("BRIDGE_LISTEN", f"must be host:port, got {raw[:40]!r}")
+    return host.strip("[]"), int(port)
+
+
+def _http_url(name: str, raw: str) -> str:
+    if not raw.startswith(("http://", "https://")):
+        raise ConfigError(name, "must start with http:// or https://")
+    return raw.rstrip("/")
+
+
+def _origins(raw: str) -> frozenset[str]:
+    names = {part.strip() for part in raw.split(",") if part.strip()}
+    unknown = sorted(names - {o.value for o in Origin})
+    if unknown:
+        raise ConfigError("BRIDGE_SHADOW_ORIGINS", f"unknown origin(s) {', '.join(unknown)}; known: "
+                          + ", ".join(o.value for o in Origin))
+    return frozenset(names)

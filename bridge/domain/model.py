@@ -1,0 +1,185 @@
+"""Run and RunAttempt: statuses, the allowed-transition tables of ADR-0001 6.2 / 7.2, and the records.
+
+The tables are data: one mapping drives validation, the property tests and the docs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+
+class RunStatus(StrEnum):
+    CREATED = "created"
+    QUEUED = "queued"
+    DISPATCHING = "dispatching"
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"
+    RETRY_WAIT = "retry_wait"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"
+
+
+class AttemptStatus(StrEnum):
+    CLAIMED = "claimed"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"
+
+
+_R = RunStatus
+RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
+    _R.CREATED: frozenset({_R.QUEUED, _R.CANCELLED}),
+    _R.QUEUED: frozenset({_R.DISPATCHING, _R.CANCELLED, _R.TIMED_OUT}),
+    _R.DISPATCHING: frozenset({_R.RUNNING, _R.RETRY_WAIT, _R.FAILED, _R.CANCELLED, _R.LOST}),
+    _R.RUNNING: frozenset({_R.WAITING_APPROVAL, _R.RETRY_WAIT, _R.SUCCEEDED, _R.FAILED,
+                           _R.CANCELLED, _R.TIMED_OUT, _R.LOST}),
+    _R.WAITING_APPROVAL: frozenset({_R.RUNNING, _R.CANCELLED, _R.TIMED_OUT}),
+    _R.RETRY_WAIT: frozenset({_R.QUEUED, _R.CANCELLED, _R.TIMED_OUT}),
+    _R.LOST: frozenset({_R.QUEUED, _R.FAILED, _R.CANCELLED}),
+    _R.SUCCEEDED: frozenset(),
+    _R.FAILED: frozenset(),
+    _R.CANCELLED: frozenset(),
+    _R.TIMED_OUT: frozenset(),
+}
+RUN_TERMINAL: frozenset[RunStatus] = frozenset({_R.SUCCEEDED, _R.FAILED, _R.CANCELLED, _R.TIMED_OUT})
+
+_A = AttemptStatus
+ATTEMPT_TRANSITIONS: Mapping[AttemptStatus, frozenset[AttemptStatus]] = {
+    _A.CLAIMED: frozenset({_A.STARTING, _A.CANCELLED, _A.LOST}),
+    _A.STARTING: frozenset({_A.RUNNING, _A.FAILED, _A.CANCELLED, _A.TIMED_OUT, _A.LOST}),
+    _A.RUNNING: frozenset({_A.SUCCEEDED, _A.FAILED, _A.CANCELLED, _A.TIMED_OUT, _A.LOST}),
+    _A.SUCCEEDED: frozenset(),
+    _A.FAILED: frozenset(),
+    _A.CANCELLED: frozenset(),
+    _A.TIMED_OUT: frozenset(),
+    _A.LOST: frozenset(),
+}
+# ADR-0001 7.1: every one of these is immutable, lost included (a Run may add a new Attempt after it).
+ATTEMPT_TERMINAL: frozenset[AttemptStatus] = frozenset(
+    s for s, targets in ATTEMPT_TRANSITIONS.items() if not targets
+)
+# A Run counts as active (it may still change what 2.x shows) while it is not terminal.
+RUN_ACTIVE: frozenset[RunStatus] = frozenset(set(RunStatus) - RUN_TERMINAL)
+
+
+def run_can_go(from_status: RunStatus, to_status: RunStatus) -> bool:
+    return to_status in RUN_TRANSITIONS[from_status]
+
+
+def attempt_can_go(from_status: AttemptStatus, to_status: AttemptStatus) -> bool:
+    return to_status in ATTEMPT_TRANSITIONS[from_status]
+
+
+class Owner(StrEnum):
+    """Who answers the shell for an execution; fixed when the execution is accepted."""
+
+    LEGACY = "legacy"
+    BRIDGE = "bridge"
+
+
+class Mode(StrEnum):
+    OFF = "off"
+    SHADOW = "shadow"
+    PRIMARY = "primary"
+
+
+class Origin(StrEnum):
+    MANUAL = "manual"
+    BOOT = "boot"
+    SCHEDULED_NODE = "scheduled_node"
+    SCHEDULED_SYSTEM = "scheduled_system"
+    SCRIPT = "script"
+    SUBSCRIPTION = "subscription"
+    SYSTEM = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One user-visible execution (the aggregate root); ``version`` guards every change."""
+
+    id: str
+    project_id: str
+    task_id: str
+    task_revision: str
+    trigger_type: str
+    status: RunStatus
+    version: int
+    event_sequence: int
+    created_at_ms: int
+    priority: int = 0
+    legacy_cron_id: int | None = None
+    parent_run_id: str | None = None
+    retry_of_run_id: str | None = None
+    trigger_id: str | None = None
+    idempotency_key: str | None = None
+    request_fingerprint: str | None = None
+    input_ref: str | None = None
+    output_ref: str | None = None
+    queued_at_ms: int | None = None
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    cancel_requested_at_ms: int | None = None
+    cancel_reason: str | None = None
+    error_code: str | None = None
+    error_summary: str | None = None
+    origin: str | None = None
+    origin_evidence: str | None = None
+    mode: str | None = None
+    owner: str | None = None
+    legacy_pid: int | None = None
+    log_ref: str | None = None
+    synthesized: bool = False
+    received_at_ms: int | None = None
+    duration_ms: int | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in RUN_TERMINAL
+
+    def evolve(self, **changes: Any) -> Run:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAttempt:
+    """One dispatch of a Run to an executor; terminal attempts never change again."""
+
+    id: str
+    run_id: str
+    attempt: int
+    status: AttemptStatus
+    executor_type: str
+    callback_sequence: int
+    created_at_ms: int
+    step_run_id: str | None = None
+    worker_id: str | None = None
+    executor_handle: str | None = None
+    pid: int | None = None
+    log_artifact_id: str | None = None
+    lease_token: str | None = None
+    lease_expires_at_ms: int | None = None
+    deadline_at_ms: int | None = None
+    callback_token_hash: str | None = None
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    exit_code: int | None = None
+    error_code: str | None = None
+    error_summary: str | None = None
+    synthesized: bool = False
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in ATTEMPT_TERMINAL
+
+    def evolve(self, **changes: Any) -> RunAttempt:
+        return replace(self, **changes)

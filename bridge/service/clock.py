@@ -1,0 +1,10 @@
+"""Wall-clock time in UTC milliseconds, the only unit inside the bridge."""
+
+from __future__ import annotations
+
+import time
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000

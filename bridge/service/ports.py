@@ -1,0 +1,135 @@
+"""The storage and infrastructure contracts the service layer depends on (implemented in bridge.storage).
+
+The contract suite in tests/contract runs every implementation (SQLite, PostgreSQL, in-memory) through
+the same tests; the docstrings below are that contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from bridge.domain.aggregate import ChangeSet
+from bridge.domain.events import RunEvent
+from bridge.domain.model import Run, RunAttempt
+
+T = TypeVar("T")
+
+
+class DedupeKeyTakenError(Exception):
+    """A change carried a dedupe key already committed for that run (the transaction is rolled back)."""
+
+    def __init__(self, run_id: str, dedupe_key: str) -> None:
+        super().__init__(f"dedupe key already used on run {run_id}")
+        self.run_id = run_id
+        self.dedupe_key = dedupe_key
+
+
+class IdempotencyKeyTakenError(Exception):
+    """A new Run's (project_id, idempotency_key) is already taken (the transaction is rolled back)."""
+
+    def __init__(self, project_id: str, idempotency_key: str) -> None:
+        super().__init__(f"idempotency key already used in project {project_id}")
+        self.project_id = project_id
+        self.idempotency_key = idempotency_key
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveCandidate:
+    """An active Run of a legacy cron with its latest Attempt, for callback correlation."""
+
+    run: Run
+    attempt: RunAttempt | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    task_revision: str
+    task_id: str
+    legacy_cron_id: int | None
+    name: str | None
+    command: str | None
+    schedule: str | None
+    work_dir: str | None
+    log_name: str | None
+    created_at_ms: int
+
+
+class RunStore(Protocol):
+    """Reads and writes inside one open transaction."""
+
+    def get_run(self, run_id: str) -> Run | None: ...
+
+    def get_run_by_idempotency_key(self, project_id: str, idempotency_key: str) -> Run | None: ...
+
+    def get_attempt(self, attempt_id: str) -> RunAttempt | None: ...
+
+    def get_attempts(self, run_id: str) -> list[RunAttempt]:
+        """All attempts of a run, by attempt number."""
+        ...
+
+    def has_dedupe_key(self, run_id: str, dedupe_key: str) -> bool: ...
+
+    def apply(self, change: ChangeSet) -> None:
+        """Write a ChangeSet: insert or CAS the Run, insert or CAS each Attempt, append the events.
+
+        Raises RunVersionConflictError if the Run's version moved, AttemptConflictError if an
+        Attempt's status or callback_sequence moved, DedupeKeyTakenError if an event's dedupe key is
+        already committed, IdempotencyKeyTakenError if a new Run's idempotency key is taken. The caller's
+        transaction must then be rolled back (the unit of work does this when the error propagates).
+        """
+        ...
+
+    def list_events(self, run_id: str, after_sequence: int, limit: int) -> list[RunEvent]:
+        """Events with sequence > after_sequence, ascending, at most ``limit``."""
+        ...
+
+    def active_candidates(self, legacy_cron_id: int, limit: int) -> list[ActiveCandidate]:
+        """Non-terminal Runs of the cron with their latest Attempt, newest first, at most ``limit``."""
+        ...
+
+    def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
+        """Insert the snapshot unless that revision is already stored."""
+        ...
+
+
+class UnitOfWork(Protocol):
+    """Runs a function inside one transaction and commits it, or rolls it all back."""
+
+    def write(self, work: Callable[[RunStore], T]) -> T:
+        """One write transaction (SQLite: BEGIN IMMEDIATE with a bounded, jittered busy retry).
+
+        ``work`` may run more than once when the store was busy before anything was decided, so it
+        must do nothing outside the database. Raises StoreBusyError / StoreUnavailableError.
+        """
+        ...
+
+    def read(self, work: Callable[[RunStore], T]) -> T:
+        """One read-only transaction."""
+        ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+
+class ServiceMetrics(Protocol):
+    """What the service layer counts; implemented over prometheus_client in the web layer."""
+
+    def transition(self, from_status: str, to_status: str, result: str) -> None: ...
+
+    def conflict(self, command: str) -> None: ...
+
+    def events_appended(self, events: Sequence[RunEvent]) -> None: ...
+
+
+class NullMetrics:
+    def transition(self, from_status: str, to_status: str, result: str) -> None:
+        return None
+
+    def conflict(self, command: str) -> None:
+        return None
+
+    def events_appended(self, events: Sequence[RunEvent]) -> None:
+        return None

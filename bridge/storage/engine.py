@@ -1,0 +1,61 @@
+"""make_engine: one SQLAlchemy engine per store URL, with the SQLite and PostgreSQL settings we rely on.
+
+SQLite: WAL, foreign keys, a short busy_timeout, and BEGIN IMMEDIATE for write transactions. pysqlite
+normally delays BEGIN until the first write, so two writers can both read, then one fails with
+"database is locked" mid-transaction; taking the write lock up front turns that into a clean wait
+(SQLAlchemy SQLite dialect docs, "Serializable isolation / Savepoints / Transactional DDL").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+# Execution option that marks a read-only unit of work (plain deferred BEGIN on SQLite).
+READ_ONLY = "bridge_read_only"
+
+
+def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 100, pg_statement_timeout_ms: int = 5000) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, sqlite_busy_timeout_ms)
+    if parsed.get_backend_name() == "postgresql":
+        return _postgres_engine(url, pg_statement_timeout_ms)
+    raise ValueError(f"unsupported store URL scheme {parsed.drivername!r} (use sqlite:/// or postgresql+psycopg://)")
+
+
+def _sqlite_engine(url: str, busy_timeout_ms: int) -> Engine:
+    # check_same_thread off: the pool hands a connection to one thread at a time.
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        read_only = conn.get_execution_options().get(READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _postgres_engine(url: str, statement_timeout_ms: int) -> Engine:
+    # Bounded waits: a store that is down or locked raises instead of hanging the callback path.
+    options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout={int(statement_timeout_ms)}"
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=5,
+        max_overflow=5,
+        pool_timeout=5,
+        connect_args={"connect_timeout": 5, "options": options},
+    )

@@ -1,0 +1,162 @@
+"""The bridge store's tables (SQLAlchemy Core, one MetaData) — the target of every Alembic revision.
+
+Column names are ADR-0001 8.1–8.3's, and match the field names of the domain dataclasses so rows map
+one to one. Statuses are lowercase strings, checked by a CHECK constraint rather than a database enum.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import sqlite
+
+from bridge.domain.model import AttemptStatus, RunStatus
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_N_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+# A portable auto-increment key: INTEGER PRIMARY KEY is the rowid alias on SQLite.
+AutoId = BigInteger().with_variant(sqlite.INTEGER(), "sqlite")
+Ms = BigInteger  # UTC milliseconds or a duration in milliseconds; never seconds
+
+
+def _status_check(name: str, values: list[str]) -> CheckConstraint:
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"status IN ({quoted})", name=name)
+
+
+runs_table = Table(
+    "runs", metadata,
+    Column("id", String(36), primary_key=True),
+    Column("project_id", String(64), nullable=False),
+    Column("task_id", String(128), nullable=False),
+    Column("task_revision", String(64), nullable=False),
+    Column("legacy_cron_id", BigInteger),
+    Column("parent_run_id", String(36)),
+    Column("retry_of_run_id", String(36)),
+    Column("trigger_id", String(128)),
+    Column("trigger_type", String(32), nullable=False),
+    Column("status", String(24), nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("event_sequence", BigInteger, nullable=False),
+    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("idempotency_key", String(200)),
+    Column("request_fingerprint", String(64)),
+    Column("input_ref", String(200)),
+    Column("output_ref", String(200)),
+    Column("created_at_ms", Ms, nullable=False),
+    Column("queued_at_ms", Ms),
+    Column("started_at_ms", Ms),
+    Column("finished_at_ms", Ms),
+    Column("cancel_requested_at_ms", Ms),
+    Column("cancel_reason", String(200)),
+    Column("error_code", String(64)),
+    Column("error_summary", String(500)),
+    # Bridge columns (DESIGN.md section 5): how the execution reached us and who owns it.
+    Column("origin", String(32)),
+    Column("origin_evidence", String(500)),
+    Column("mode", String(16)),
+    Column("owner", String(16)),
+    Column("legacy_pid", BigInteger),
+    Column("log_ref", String(36)),  # digest of 2.x's log_path, never the path itself
+    Column("synthesized", Boolean, nullable=False, server_default="0"),
+    Column("received_at_ms", Ms),
+    Column("duration_ms", Ms),
+    CheckConstraint("version >= 0", name="version_nonnegative"),
+    CheckConstraint("event_sequence >= 0", name="event_sequence_nonnegative"),
+    _status_check("status_known", [s.value for s in RunStatus]),
+    Index("ix_runs_project_created", "project_id", "created_at_ms"),
+    Index("ix_runs_task_created", "task_id", "created_at_ms"),
+    Index("ix_runs_status_queued", "status", "queued_at_ms"),
+    Index("ix_runs_status_cancel_requested", "status", "cancel_requested_at_ms"),
+    Index("ix_runs_legacy_cron_status", "legacy_cron_id", "status", "created_at_ms"),
+    Index("ux_runs_project_id_idempotency_key", "project_id", "idempotency_key", unique=True,
+          sqlite_where=Column("idempotency_key").isnot(None),
+          postgresql_where=Column("idempotency_key").isnot(None)),
+)
+
+run_attempts_table = Table(
+    "run_attempts", metadata,
+    Column("id", String(36), primary_key=True),
+    Column("run_id", String(36), ForeignKey("runs.id"), nullable=False),
+    Column("step_run_id", String(36)),
+    Column("attempt", Integer, nullable=False),
+    Column("status", String(24), nullable=False),
+    Column("executor_type", String(32), nullable=False),
+    Column("worker_id", String(128)),
+    Column("executor_handle", String(200)),
+    Column("pid", BigInteger),
+    Column("log_artifact_id", String(64)),
+    Column("lease_token", String(64)),
+    Column("lease_expires_at_ms", Ms),
+    Column("deadline_at_ms", Ms),
+    Column("callback_token_hash", String(128)),
+    Column("callback_sequence", BigInteger, nullable=False),
+    Column("created_at_ms", Ms, nullable=False),
+    Column("started_at_ms", Ms),
+    Column("finished_at_ms", Ms),
+    Column("exit_code", Integer),
+    Column("error_code", String(64)),
+    Column("error_summary", String(500)),
+    Column("synthesized", Boolean, nullable=False, server_default="0"),
+    UniqueConstraint("run_id", "attempt"),
+    CheckConstraint("attempt >= 1", name="attempt_positive"),
+    CheckConstraint("callback_sequence >= 0", name="callback_sequence_nonnegative"),
+    _status_check("status_known", [s.value for s in AttemptStatus]),
+    Index("ix_run_attempts_status_created", "status", "created_at_ms"),
+    Index("ix_run_attempts_status_deadline", "status", "deadline_at_ms", "id"),
+)
+
+run_events_table = Table(
+    "run_events", metadata,
+    Column("id", String(36), primary_key=True),
+    Column("run_id", String(36), ForeignKey("runs.id"), nullable=False),
+    Column("sequence", BigInteger, nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("dedupe_key", String(200)),
+    Column("actor_type", String(32), nullable=False),
+    Column("actor_id", String(128)),
+    Column("attempt_id", String(36)),
+    Column("step_run_id", String(36)),
+    Column("payload", Text, nullable=False),
+    Column("created_at_ms", Ms, nullable=False),
+    UniqueConstraint("run_id", "sequence"),
+    CheckConstraint("sequence >= 1", name="sequence_positive"),
+    Index("ux_run_events_run_id_dedupe_key", "run_id", "dedupe_key", unique=True,
+          sqlite_where=Column("dedupe_key").isnot(None),
+          postgresql_where=Column("dedupe_key").isnot(None)),
+    Index("ix_run_events_type_created", "type", "created_at_ms"),
+)
+
+# One row per task revision, so history survives a deleted or edited 2.x cron.
+task_snapshots_table = Table(
+    "task_snapshots", metadata,
+    Column("task_revision", String(64), primary_key=True),
+    Column("task_id", String(128), nullable=False),
+    Column("legacy_cron_id", BigInteger),
+    Column("name", Text),
+    Column("command", Text),
+    Column("schedule", String(255)),
+    Column("work_dir", Text),
+    Column("log_name", Text),
+    Column("created_at_ms", Ms, nullable=False),
+    Index("ix_task_snapshots_task", "task_id", "created_at_ms"),
+)
