@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -13,6 +13,9 @@ from sqlalchemy.engine import make_url
 
 from bridge.config import ConfigError, Settings
 from bridge.domain.errors import BridgeError
+
+if TYPE_CHECKING:
+    from bridge.bootstrap import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 console = Console()
@@ -29,6 +32,16 @@ def _settings() -> Settings:
     except ConfigError as exc:
         _fail(str(exc))
         raise  # unreachable; keeps type checkers honest
+
+
+def _store(settings: Settings) -> Store:
+    from bridge.bootstrap import build_store
+
+    try:
+        return build_store(settings)
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+        raise
 
 
 def safe_url(url: str) -> str:
@@ -50,11 +63,10 @@ def db() -> None:
 @click.option("--revision", default="head", show_default=True, help="Alembic revision to reach.")
 def db_upgrade(revision: str) -> None:
     """Create or upgrade the bridge store (never 2.x's database)."""
-    from bridge.bootstrap import build_store
     from bridge.storage.migrate import upgrade
 
     settings = _settings()
-    store = build_store(settings)
+    store = _store(settings)
     try:
         reached = upgrade(store.engine, revision)
     except BridgeError as exc:
@@ -67,11 +79,10 @@ def db_upgrade(revision: str) -> None:
 @main.command()
 def status() -> None:
     """Show the bridge store's schema revision and what it has recorded."""
-    from bridge.bootstrap import build_store
     from bridge.storage.summary import summarize
 
     settings = _settings()
-    store = build_store(settings)
+    store = _store(settings)
     try:
         summary = summarize(store.engine)
     except BridgeError as exc:

@@ -17,12 +17,14 @@ from sqlalchemy.engine import make_url
 READ_ONLY = "bridge_read_only"
 
 
-def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 100, pg_statement_timeout_ms: int = 5000) -> Engine:
+def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 100, pg_statement_timeout_ms: int = 5000,
+                pg_search_path: str | None = None) -> Engine:
+    """Build the engine; ``pg_search_path`` puts the bridge's tables in their own schema."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, sqlite_busy_timeout_ms)
     if parsed.get_backend_name() == "postgresql":
-        return _postgres_engine(url, pg_statement_timeout_ms)
+        return _postgres_engine(url, pg_statement_timeout_ms, pg_search_path)
     raise ValueError(f"unsupported store URL scheme {parsed.drivername!r} (use sqlite:/// or postgresql+psycopg://)")
 
 
@@ -48,9 +50,11 @@ def _sqlite_engine(url: str, busy_timeout_ms: int) -> Engine:
     return engine
 
 
-def _postgres_engine(url: str, statement_timeout_ms: int) -> Engine:
+def _postgres_engine(url: str, statement_timeout_ms: int, search_path: str | None) -> Engine:
     # Bounded waits: a store that is down or locked raises instead of hanging the callback path.
     options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout={int(statement_timeout_ms)}"
+    if search_path:
+        options += f" -c search_path={search_path}"
     return create_engine(
         url,
         pool_pre_ping=True,

@@ -6,6 +6,7 @@ QingLong 2.x's own database.sqlite, which the bridge never migrates.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from alembic import command
@@ -61,14 +62,39 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
         command.downgrade(cfg, revision)
 
 
-def _refuse_foreign_database(engine: Engine) -> None:
-    tables = set(inspect(engine).get_table_names())
-    legacy = sorted(tables & _LEGACY_SENTINELS)
+def _sqlite_tables_read_only(engine: Engine) -> set[str] | None:
+    """Table names of an existing SQLite file, read without the engine's pragmas.
+
+    The engine switches a file to WAL on connect; doing that to 2.x's database would change how 2.x
+    runs, so the file is looked at read-only first.
+    """
+    path = engine.url.database
+    if engine.dialect.name != "sqlite" or not path or path == ":memory:" or not Path(path).exists():
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+
+
+def refuse_legacy_database(engine: Engine, tables: set[str] | None = None) -> None:
+    """Raise SchemaMismatchError if the engine points at QingLong 2.x's database (checked read-only)."""
+    if tables is None:
+        tables = _sqlite_tables_read_only(engine)
+    legacy = sorted((tables or set()) & _LEGACY_SENTINELS)
     if legacy:
         raise SchemaMismatchError(
             "this looks like QingLong 2.x's own database (it has " + ", ".join(legacy) +
             "); the bridge never migrates it. Point BRIDGE_DATABASE_URL at the bridge's own store.",
             tables=legacy)
+
+
+def _refuse_foreign_database(engine: Engine) -> None:
+    tables = _sqlite_tables_read_only(engine)
+    if tables is None:
+        tables = set(inspect(engine).get_table_names())
+    refuse_legacy_database(engine, tables)
     current = current_revision(engine) if "alembic_version" in tables else None
     known = {rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
     if current is not None and current not in known:

@@ -1,0 +1,143 @@
+"""Backend fixtures shared by the whole suite: a SQLite file store and a PostgreSQL store.
+
+PostgreSQL comes from BRIDGE_TEST_POSTGRES_URL. Locally, without it, those tests are skipped and the
+run says so; in CI (CI=true or BRIDGE_REQUIRE_POSTGRES=1) a missing or unreachable server is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from bridge.service.clock import SystemClock
+from bridge.service.run_service import RunService
+from bridge.storage.engine import make_engine
+from bridge.storage.memory import InMemoryUnitOfWork
+from bridge.storage.migrate import upgrade
+from bridge.storage.unit_of_work import SqlUnitOfWork
+
+POSTGRES_URL_VAR = "BRIDGE_TEST_POSTGRES_URL"
+
+
+def postgres_required() -> bool:
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("BRIDGE_REQUIRE_POSTGRES") == "1"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
+    if not os.environ.get(POSTGRES_URL_VAR):
+        terminalreporter.write_line(
+            f"NOTE: {POSTGRES_URL_VAR} is not set: the PostgreSQL half of the contract suite was SKIPPED. "
+            f"Set it (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test) to run it.", yellow=True)
+
+
+@dataclass
+class Backend:
+    """A store under test plus what it can do (capability flags, never dialect checks in tests)."""
+
+    name: str
+    engine: Engine | None
+    uow: object
+    url: str | None = None
+    supports_failure_injection: bool = True
+    has_file_lock: bool = False
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "bridge.sqlite"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    engine.dispose()
+    return path
+
+
+@pytest.fixture
+def sqlite_backend(tmp_path: Path, sqlite_template: Path) -> Iterator[Backend]:
+    path = tmp_path / "bridge.sqlite"
+    shutil.copy(sqlite_template, path)
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    yield Backend("sqlite", engine, SqlUnitOfWork(engine), url=url, has_file_lock=True)
+    assert engine.pool.checkedout() == 0, "a connection was left checked out"
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    url = os.environ.get(POSTGRES_URL_VAR)
+    if not url:
+        if postgres_required():
+            pytest.fail(f"{POSTGRES_URL_VAR} must be set in CI: the PostgreSQL contract tests may not be skipped")
+        pytest.skip(f"{POSTGRES_URL_VAR} not set")
+    probe = create_engine(url)
+    try:
+        with probe.connect() as conn:
+            conn.execute(text("select 1"))
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the server means the same here
+        if postgres_required():
+            pytest.fail(f"PostgreSQL at {POSTGRES_URL_VAR} is unreachable: {type(exc).__name__}")
+        pytest.skip(f"PostgreSQL unreachable ({type(exc).__name__})")
+    finally:
+        probe.dispose()
+    return url
+
+
+@pytest.fixture
+def postgres_schema(postgres_url: str) -> Iterator[str]:
+    """A fresh schema per test, dropped afterwards."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    yield schema
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    admin.dispose()
+
+
+@pytest.fixture
+def postgres_backend(postgres_url: str, postgres_schema: str) -> Iterator[Backend]:
+    engine = make_engine(postgres_url, pg_search_path=postgres_schema)
+    upgrade(engine)
+    yield Backend("postgres", engine, SqlUnitOfWork(engine), url=postgres_url)
+    assert engine.pool.checkedout() == 0, "a connection was left checked out"
+    engine.dispose()
+
+
+@pytest.fixture
+def memory_backend() -> Backend:
+    return Backend("memory", None, InMemoryUnitOfWork(), supports_failure_injection=False)
+
+
+SQL_BACKENDS = [
+    pytest.param("sqlite_backend", id="sqlite"),
+    pytest.param("postgres_backend", id="postgres", marks=pytest.mark.postgres),
+]
+ALL_BACKENDS = [*SQL_BACKENDS, pytest.param("memory_backend", id="memory")]
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def sql_backend(request: pytest.FixtureRequest) -> Backend:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture
+def service(backend: Backend) -> RunService:
+    return RunService(backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def sql_service(sql_backend: Backend) -> RunService:
+    return RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]

@@ -1,0 +1,121 @@
+"""Atomicity on the SQL stores: failure injection (ADR-0001 21.3, 21.4) and bounded SQLite busy retry (21.11)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import text
+
+from bridge.domain.commands import TransitionRun
+from bridge.domain.errors import StorageError, StoreBusyError, StoreUnavailableError
+from bridge.domain.model import AttemptStatus, RunStatus
+from bridge.service.clock import SystemClock
+from bridge.service.run_service import RunService
+from bridge.storage.engine import make_engine
+from bridge.storage.unit_of_work import SqlUnitOfWork
+from tests.conftest import Backend
+from tests.contract.lifecycle import ACTOR, attempt_to, create, running, sequences
+
+
+@contextmanager
+def failing(backend: Backend, table: str, operation: str) -> Iterator[None]:
+    """Install a database trigger that makes every ``operation`` on ``table`` fail inside the transaction."""
+    assert backend.engine is not None
+    with backend.engine.begin() as conn:
+        if backend.has_file_lock:
+            conn.execute(text(f"CREATE TRIGGER inject_failure BEFORE {operation} ON {table} "
+                              "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"))
+        else:
+            conn.execute(text("CREATE FUNCTION inject_failure() RETURNS trigger AS $$ BEGIN "
+                              "RAISE EXCEPTION 'injected failure'; END $$ LANGUAGE plpgsql"))
+            conn.execute(text(f"CREATE TRIGGER inject_failure BEFORE {operation} ON {table} "
+                              "FOR EACH ROW EXECUTE FUNCTION inject_failure()"))
+    try:
+        yield
+    finally:
+        with backend.engine.begin() as conn:
+            if backend.has_file_lock:
+                conn.execute(text("DROP TRIGGER inject_failure"))
+            else:
+                conn.execute(text(f"DROP TRIGGER inject_failure ON {table}"))
+                conn.execute(text("DROP FUNCTION inject_failure()"))
+
+
+# Scenario 3: the Run update fails, so no event may be left behind.
+def test_a_failing_run_update_leaves_no_orphan_event(sql_backend: Backend, sql_service: RunService) -> None:
+    run = create(sql_service)
+    with failing(sql_backend, "runs", "UPDATE"), pytest.raises(StorageError):
+        sql_service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+    assert sql_service.get_run(run.id) == run
+    assert sequences(sql_service, run.id) == [1]
+
+
+# Scenario 4: the event insert fails, so the Run and Attempt changes made earlier in the transaction vanish.
+def test_a_failing_event_insert_rolls_back_the_run_and_attempt_changes(sql_backend: Backend,
+                                                                       sql_service: RunService) -> None:
+    run, attempt = running(sql_service)
+    events_before = sequences(sql_service, run.id)
+    with failing(sql_backend, "run_events", "INSERT"), pytest.raises(StorageError):
+        attempt_to(sql_service, run, attempt, AttemptStatus.SUCCEEDED, run_to=RunStatus.SUCCEEDED, exit_code=0)
+    assert sql_service.get_run(run.id) == run
+    assert sql_service.get_attempts(run.id) == [attempt]
+    assert sequences(sql_service, run.id) == events_before
+
+
+# Scenario 11: SQLite busy retry is bounded and never duplicates an event.
+def hold_write_lock(path: str, seconds: float, ready: threading.Event) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    ready.set()
+    time.sleep(seconds)
+    conn.execute("ROLLBACK")
+    conn.close()
+
+
+def _locked_by_another_writer(backend: Backend, seconds: float) -> threading.Thread:
+    assert backend.url is not None
+    ready = threading.Event()
+    holder = threading.Thread(target=hold_write_lock, args=(backend.url.removeprefix("sqlite:///"), seconds, ready))
+    holder.start()
+    ready.wait(5)
+    return holder
+
+
+def test_a_store_locked_past_the_budget_raises_store_busy_quickly_and_writes_nothing(sqlite_backend: Backend) -> None:
+    service = RunService(SqlUnitOfWork(sqlite_backend.engine, busy_budget_ms=300), clock=SystemClock())
+    run = create(service)
+    holder = _locked_by_another_writer(sqlite_backend, 2.0)
+    started = time.monotonic()
+    with pytest.raises(StoreBusyError) as err:
+        service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+    elapsed = time.monotonic() - started
+    holder.join()
+    assert err.value.code == "STORE_BUSY"
+    assert elapsed < 1.5, f"the busy retry took {elapsed:.2f}s; its bound is well under a second"
+    assert sequences(service, run.id) == [1]
+
+
+def test_a_short_lock_is_waited_out_and_the_command_applies_once(sqlite_backend: Backend) -> None:
+    service = RunService(SqlUnitOfWork(sqlite_backend.engine, busy_budget_ms=800, busy_attempts=6),
+                         clock=SystemClock())
+    run = create(service)
+    holder = _locked_by_another_writer(sqlite_backend, 0.15)
+    result = service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+    holder.join()
+    assert result.run.status is RunStatus.QUEUED
+    assert sequences(service, run.id) == [1, 2]
+
+
+def test_an_unreachable_store_raises_a_typed_error_without_hanging() -> None:
+    engine = make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    service = RunService(SqlUnitOfWork(engine), clock=SystemClock())
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError):
+        service.get_run("x")
+    assert time.monotonic() - started < 10
+    engine.dispose()
