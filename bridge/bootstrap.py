@@ -1,12 +1,15 @@
-"""The composition root: the only place that builds concrete engines, stores and services."""
+"""The composition root: the only place that builds concrete engines, clients, stores and services."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+import httpx
 from sqlalchemy import Engine
 
 from bridge.config import Settings
+from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.ports import Clock, ServiceMetrics
 from bridge.service.run_service import RunService
@@ -29,8 +32,41 @@ def build_store(settings: Settings, *, clock: Clock | None = None, metrics: Serv
     """Engine, unit of work and RunService for the configured store (no connection is opened yet)."""
     if settings.database_url.startswith("sqlite:///"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
     refuse_legacy_database(engine)  # before any connection could switch 2.x's file to WAL
     uow = SqlUnitOfWork(engine, busy_budget_ms=settings.sqlite_busy_budget_ms)
     runs = RunService(uow, clock=clock or SystemClock(), metrics=metrics, payload_cap_bytes=settings.payload_cap_bytes)
     return Store(engine=engine, uow=uow, runs=runs)
+
+
+def build_http_client(settings: Settings) -> httpx.Client:
+    """Pooled client to 2.x. No redirects followed and no env proxies: the bridge relays, it does not browse."""
+    timeout = httpx.Timeout(settings.forward_timeout_s, connect=5.0)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+    return httpx.Client(timeout=timeout, limits=limits, follow_redirects=False, trust_env=False)
+
+
+@dataclass
+class Container:
+    """Everything one bridge process uses; the web app and the CLI receive it ready-made."""
+
+    settings: Settings
+    metrics: BridgeMetrics
+    http: httpx.Client
+    store: Store | None = None
+    interceptor: Any = None  # bridge.web.proxy.CallbackInterceptor, or None for a pure pass-through
+    closers: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            close()
+        self.http.close()
+        if self.store is not None:
+            self.store.close()
+
+
+def build_container(settings: Settings) -> Container:
+    metrics = BridgeMetrics()
+    store = build_store(settings, metrics=metrics)
+    container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store)
+    return container

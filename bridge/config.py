@@ -22,6 +22,7 @@ class ConfigError(ValueError):
 class Settings:
     database_url: str
     data_dir: Path
+    database_schema: str | None = None
     listen_host: str = "127.0.0.1"
     listen_port: int = 5701
     legacy_url: str = "http://127.0.0.1:5700"
@@ -31,7 +32,9 @@ class Settings:
     forward_timeout_s: float = 1800.0  # 2.x's own nginx era proxied with 1800 s timeouts
     sqlite_busy_budget_ms: int = 400
     payload_cap_bytes: int = 2048
-    workers: int = 2
+    workers: int = 1
+    threads: int = 16
+    legacy_tz: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -44,9 +47,13 @@ class Settings:
             url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
         host, port = _listen(env.get("BRIDGE_LISTEN") or "127.0.0.1:5701")
         legacy_dir = env.get("BRIDGE_LEGACY_DATA_DIR")
+        schema = env.get("BRIDGE_DATABASE_SCHEMA") or None
+        if schema is not None and not schema.replace("_", "").isalnum():
+            raise ConfigError("BRIDGE_DATABASE_SCHEMA", "must be letters, digits and underscores")
         return cls(
             database_url=url,
             data_dir=data_dir,
+            database_schema=schema,
             listen_host=host,
             listen_port=port,
             legacy_url=_http_url("BRIDGE_LEGACY_URL", env.get("BRIDGE_LEGACY_URL") or "http://127.0.0.1:5700"),
@@ -56,7 +63,9 @@ class Settings:
             forward_timeout_s=float(_int(env, "BRIDGE_FORWARD_TIMEOUT_S", 1800, low=1, high=86_400)),
             sqlite_busy_budget_ms=_int(env, "BRIDGE_SQLITE_BUSY_BUDGET_MS", 400, low=1, high=900),
             payload_cap_bytes=_int(env, "BRIDGE_PAYLOAD_CAP_BYTES", 2048, low=256, high=65_536),
-            workers=_int(env, "BRIDGE_WORKERS", 2, low=1, high=32),
+            workers=_int(env, "BRIDGE_WORKERS", 1, low=1, high=32),
+            threads=_int(env, "BRIDGE_THREADS", 16, low=1, high=256),
+            legacy_tz=env.get("BRIDGE_LEGACY_TZ") or None,
         )
 
     @property

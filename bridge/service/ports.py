@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 
 from bridge.domain.aggregate import ChangeSet
 from bridge.domain.events import RunEvent
-from bridge.domain.model import Run, RunAttempt
+from bridge.domain.model import Mode, Run, RunAttempt
 
 T = TypeVar("T")
 
@@ -56,6 +56,19 @@ class TaskSnapshot:
     created_at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class MismatchRecord:
+    """A disagreement or an unplaceable callback; ``diff`` holds only allowlisted, low-sensitivity data."""
+
+    kind: str
+    dedupe_key: str
+    seen_at_ms: int
+    diff: dict[str, object]
+    origin: str | None = None
+    legacy_cron_id: int | None = None
+    run_id: str | None = None
+
+
 class RunStore(Protocol):
     """Reads and writes inside one open transaction."""
 
@@ -93,6 +106,13 @@ class RunStore(Protocol):
         """Insert the snapshot unless that revision is already stored."""
         ...
 
+    def record_mismatch(self, record: MismatchRecord) -> bool:
+        """Open a mismatch row, or bump last_seen/occurrences of the one with that dedupe key.
+
+        Returns True when a new row was opened.
+        """
+        ...
+
 
 class UnitOfWork(Protocol):
     """Runs a function inside one transaction and commits it, or rolls it all back."""
@@ -108,6 +128,29 @@ class UnitOfWork(Protocol):
     def read(self, work: Callable[[RunStore], T]) -> T:
         """One read-only transaction."""
         ...
+
+
+class ModeSource(Protocol):
+    """The mode of each execution origin (off / shadow / primary); unknown or unreadable means off."""
+
+    def mode_for(self, origin: str) -> Mode: ...
+
+    def any_enabled(self) -> bool:
+        """True when some origin is not off (otherwise the bridge is a pure pass-through)."""
+        ...
+
+
+class StaticModes:
+    """Modes fixed at start, from BRIDGE_SHADOW_ORIGINS."""
+
+    def __init__(self, shadow_origins: frozenset[str]) -> None:
+        self._shadow = shadow_origins
+
+    def mode_for(self, origin: str) -> Mode:
+        return Mode.SHADOW if origin in self._shadow else Mode.OFF
+
+    def any_enabled(self) -> bool:
+        return bool(self._shadow)
 
 
 class Clock(Protocol):

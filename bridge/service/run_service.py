@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from bridge.domain.aggregate import RunChange
+from bridge.domain.aggregate import ChangeSet, RunChange
 from bridge.domain.commands import CreateAttempt, CreateRun, RequestCancel, RetryRun, TransitionAttempt, TransitionRun
 from bridge.domain.errors import (
     AttemptConflictError,
@@ -75,6 +75,37 @@ class EventPage:
 Mutation = Callable[[RunStore, RunChange], R]
 
 
+class RunTransaction:
+    """One open transaction for handlers that decide across several Runs (the shadow path).
+
+    ``begin``/``create`` give RunChanges bound to this transaction; ``commit`` applies one. Metrics
+    are reported by RunService only after the whole transaction has committed.
+    """
+
+    def __init__(self, store: RunStore, *, at_ms: int, new_id: Callable[[], str], cap: int) -> None:
+        self.store = store
+        self.at_ms = at_ms
+        self.new_id = new_id
+        self._cap = cap
+        self.committed: list[ChangeSet] = []
+
+    def begin(self, run: Run, *, actor: Actor, dedupe_key: str | None = None) -> RunChange:
+        return RunChange(run, actor=actor, at_ms=self.at_ms, new_id=self.new_id, dedupe_key=dedupe_key,
+                         payload_cap_bytes=self._cap)
+
+    def create(self, run: Run, *, actor: Actor, payload: dict[str, Any] | None = None) -> RunChange:
+        return RunChange.create(run, actor=actor, at_ms=self.at_ms, new_id=self.new_id,
+                                payload_cap_bytes=self._cap, payload=payload)
+
+    def commit(self, change: RunChange) -> ChangeSet:
+        """Apply the change (same errors as RunStore.apply); an empty change writes nothing."""
+        changes = change.result()
+        if changes.events:
+            self.store.apply(changes)
+            self.committed.append(changes)
+        return changes
+
+
 class RunService:
     def __init__(
         self,
@@ -136,6 +167,21 @@ class RunService:
             raise
         self._metrics.events_appended(result.events)
         return result, value
+
+    def transaction(self, work: Callable[[RunTransaction], R]) -> R:
+        """Run ``work`` in one write transaction; everything it commits lands together or not at all."""
+        at_ms = self._clock.now_ms()
+        holder: list[RunTransaction] = []
+
+        def run(store: RunStore) -> R:
+            tx = RunTransaction(store, at_ms=at_ms, new_id=self._new_id, cap=self._cap)
+            holder[:] = [tx]
+            return work(tx)
+
+        result = self._uow.write(run)
+        for changes in holder[0].committed:
+            self._metrics.events_appended(changes.events)
+        return result
 
     # -- commands ------------------------------------------------------------------------------
 

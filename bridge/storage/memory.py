@@ -16,7 +16,13 @@ from bridge.domain.aggregate import ChangeSet
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import RunEvent
 from bridge.domain.model import Run, RunAttempt
-from bridge.service.ports import ActiveCandidate, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
+from bridge.service.ports import (
+    ActiveCandidate,
+    DedupeKeyTakenError,
+    IdempotencyKeyTakenError,
+    MismatchRecord,
+    TaskSnapshot,
+)
 
 T = TypeVar("T")
 
@@ -27,6 +33,7 @@ class _State:
     attempts: dict[str, RunAttempt] = field(default_factory=dict)
     events: dict[str, list[RunEvent]] = field(default_factory=dict)
     snapshots: dict[str, TaskSnapshot] = field(default_factory=dict)
+    mismatches: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 class InMemoryRunStore:
@@ -83,6 +90,18 @@ class InMemoryRunStore:
 
     def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
         self._s.snapshots.setdefault(snapshot.task_revision, snapshot)
+
+    def record_mismatch(self, record: MismatchRecord) -> bool:
+        row = self._s.mismatches.get(record.dedupe_key)
+        if row is not None:
+            row.update(last_seen_ms=record.seen_at_ms, occurrences=int(row["occurrences"]) + 1,  # type: ignore[call-overload]
+                       resolved_at_ms=None)
+            return False
+        self._s.mismatches[record.dedupe_key] = {
+            "kind": record.kind, "origin": record.origin, "legacy_cron_id": record.legacy_cron_id,
+            "run_id": record.run_id, "first_seen_ms": record.seen_at_ms, "last_seen_ms": record.seen_at_ms,
+            "occurrences": 1, "diff": dict(record.diff), "resolved_at_ms": None}
+        return True
 
 
 class InMemoryUnitOfWork:

@@ -18,9 +18,15 @@ from bridge.domain.aggregate import AttemptWrite, ChangeSet
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import ActorType, EventType, RunEvent
 from bridge.domain.model import RUN_TERMINAL, AttemptStatus, Run, RunAttempt, RunStatus
-from bridge.service.ports import ActiveCandidate, TaskSnapshot
+from bridge.service.ports import ActiveCandidate, MismatchRecord, TaskSnapshot
 from bridge.storage.errors import translate_integrity_error
-from bridge.storage.schema import run_attempts_table, run_events_table, runs_table, task_snapshots_table
+from bridge.storage.schema import (
+    mismatches_table,
+    run_attempts_table,
+    run_events_table,
+    runs_table,
+    task_snapshots_table,
+)
 
 _RUN_FIELDS = tuple(f.name for f in fields(Run))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
@@ -173,3 +179,17 @@ class SqlRunStore:
         known = self._conn.execute(select(exists().where(t.c.task_revision == snapshot.task_revision))).scalar()
         if not known:
             self._conn.execute(insert(t).values(asdict(snapshot)))
+
+    def record_mismatch(self, record: MismatchRecord) -> bool:
+        t = mismatches_table
+        bumped = self._conn.execute(
+            update(t).where(t.c.dedupe_key == record.dedupe_key)
+            .values(last_seen_ms=record.seen_at_ms, occurrences=t.c.occurrences + 1, resolved_at_ms=None)
+        ).rowcount
+        if bumped:
+            return False
+        self._conn.execute(insert(t).values(
+            kind=record.kind, origin=record.origin, legacy_cron_id=record.legacy_cron_id, run_id=record.run_id,
+            dedupe_key=record.dedupe_key, first_seen_ms=record.seen_at_ms, last_seen_ms=record.seen_at_ms,
+            occurrences=1, diff=json.dumps(record.diff, sort_keys=True, default=str)))
+        return True

@@ -160,3 +160,23 @@ task_snapshots_table = Table(
     Column("created_at_ms", Ms, nullable=False),
     Index("ix_task_snapshots_task", "task_id", "created_at_ms"),
 )
+
+# Disagreements between 2.x and the shadow facts, and callbacks the bridge could not place. Closed by
+# setting resolved_at_ms, never deleted; dedupe_key makes "seen again" update the same row.
+mismatches_table = Table(
+    "mismatches", metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("kind", String(48), nullable=False),
+    Column("origin", String(32)),
+    Column("legacy_cron_id", BigInteger),
+    Column("run_id", String(36)),
+    Column("dedupe_key", String(200), nullable=False),
+    Column("first_seen_ms", Ms, nullable=False),
+    Column("last_seen_ms", Ms, nullable=False),
+    Column("occurrences", Integer, nullable=False, server_default="1"),
+    Column("diff", Text, nullable=False),
+    Column("resolved_at_ms", Ms),
+    UniqueConstraint("dedupe_key"),
+    Index("ix_mismatches_kind_resolved", "kind", "resolved_at_ms"),
+    Index("ix_mismatches_origin_first_seen", "origin", "first_seen_ms"),
+)

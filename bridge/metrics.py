@@ -1,0 +1,101 @@
+"""BridgeMetrics: the Prometheus metrics of DESIGN.md section 9 on a registry owned by one app.
+
+Labels are bounded by construction: every label value passes through an allowlist, so a cron id, run
+id, command or user can never become a label (anything unknown is reported as "other").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+
+from bridge.domain.events import EventType, RunEvent
+from bridge.domain.model import AttemptStatus, Mode, Origin, RunStatus
+
+_STATUSES = frozenset(s.value for s in RunStatus) | frozenset(s.value for s in AttemptStatus)
+_ORIGINS = frozenset(o.value for o in Origin) | {"unknown"}
+_EVENT_TYPES = frozenset(t.value for t in EventType)
+_RESULTS = frozenset({"ok", "conflict", "invalid", "error", "recorded", "duplicate", "parked", "applied",
+                      "retried", "failed", "skipped", "locked"})
+_ERRORS = frozenset({"timeout", "overload", "store_busy", "store_unavailable", "conflict", "invalid", "internal"})
+_COMMANDS = frozenset({"create_run", "transition_run", "create_attempt", "transition_attempt", "request_cancel",
+                       "shadow_start", "shadow_end", "shadow_cancel", "reconcile"})
+_PROJECTIONS = frozenset({"crontab_status", "crontab_pid", "running_instance", "crontab_times"})
+_KINDS = frozenset({"unmatched", "ambiguous", "start", "end", "duplicate", "late"})
+_MODES = frozenset(m.value for m in Mode)
+
+
+def bounded(value: str | None, allowed: Iterable[str]) -> str:
+    return value if value is not None and value in allowed else "other"
+
+
+class BridgeMetrics:
+    """Counters and histograms; also the service layer's ServiceMetrics port."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        disable_created_metrics()  # the *_created series double the output and help no alert
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._transition = Counter("run_transition_total", "Run/Attempt status changes", ["from", "to", "result"],
+                                   registry=r)
+        self._conflict = Counter("run_transition_conflict_total", "Compare-and-set misses", ["command"], registry=r)
+        self._event = Counter("run_event_append_total", "Events appended", ["type"], registry=r)
+        self._shadow_created = Counter("shadow_run_create_total", "Shadow Runs created", ["origin"], registry=r)
+        self._shadow_failed = Counter("shadow_write_failed_total", "Shadow writes that failed or overran",
+                                      ["origin", "error"], registry=r)
+        self._unmatched = Counter("shadow_callback_unmatched_total", "Callbacks with no or several candidates",
+                                  ["origin", "kind"], registry=r)
+        self._late = Counter("attempt_late_callback_total", "Callbacks for a terminal attempt", ["type"], registry=r)
+        self._proj_mismatch = Counter("run_projection_mismatch_total", "2.x vs Run disagreements",
+                                      ["projection"], registry=r)
+        self._proj_retry = Counter("projection_retry_total", "Projection attempts", ["result"], registry=r)
+        self._reconcile = Counter("reconcile_total", "Reconciler runs", ["result"], registry=r)
+        self._callbacks = Counter("legacy_callback_total", "Status callbacks seen", ["kind", "mode"], registry=r)
+        self.forward_seconds = Histogram("bridge_forward_seconds", "Time to forward a request to 2.x",
+                                         registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1, 5))
+        self.shadow_write_seconds = Histogram("shadow_write_seconds", "Time of one shadow write", registry=r,
+                                              buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))
+
+    # ServiceMetrics port
+    def transition(self, from_status: str, to_status: str, result: str) -> None:
+        self._transition.labels(bounded(from_status, _STATUSES), bounded(to_status, _STATUSES),
+                                bounded(result, _RESULTS)).inc()
+
+    def conflict(self, command: str) -> None:
+        self._conflict.labels(bounded(command, _COMMANDS)).inc()
+
+    def events_appended(self, events: Sequence[RunEvent]) -> None:
+        for event in events:
+            self._event.labels(bounded(event.type.value, _EVENT_TYPES)).inc()
+
+    # Shadow path
+    def shadow_run_created(self, origin: str | None) -> None:
+        self._shadow_created.labels(bounded(origin, _ORIGINS)).inc()
+
+    def shadow_write_failed(self, origin: str | None, error: str) -> None:
+        self._shadow_failed.labels(bounded(origin, _ORIGINS), bounded(error, _ERRORS)).inc()
+
+    def callback_unmatched(self, origin: str | None, kind: str) -> None:
+        self._unmatched.labels(bounded(origin, _ORIGINS), bounded(kind, _KINDS)).inc()
+
+    def late_callback(self, type_: str) -> None:
+        self._late.labels(bounded(type_, _KINDS)).inc()
+
+    def callback_seen(self, kind: str, mode: str) -> None:
+        self._callbacks.labels(bounded(kind, _KINDS), bounded(mode, _MODES)).inc()
+
+    # Reconciliation and projection
+    def projection_mismatch(self, projection: str) -> None:
+        self._proj_mismatch.labels(bounded(projection, _PROJECTIONS)).inc()
+
+    def projection_retry(self, result: str) -> None:
+        self._proj_retry.labels(bounded(result, _RESULTS)).inc()
+
+    def reconcile(self, result: str) -> None:
+        self._reconcile.labels(bounded(result, _RESULTS)).inc()
+
+    def value(self, name: str, **labels: str) -> float:
+        """Current value of one sample (0 when absent); for tests and `bridge status`."""
+        found = self.registry.get_sample_value(name, labels)
+        return found or 0.0

@@ -1,0 +1,247 @@
+"""ShadowRecorder: a 2.x execution recorded as Run / Attempt 1 / events (DESIGN.md section 5).
+
+Callbacks carry no run id, so each one is placed by evidence: a start opens one Run per execution
+(idempotency key = cron, pid, log digest, begin time); an end closes the single active candidate found
+by (pid, log digest), then pid, then "the only active Run"; an end with no open Run back-fills one, its
+missing steps marked synthesized; several candidates is recorded as ambiguous and nothing is guessed.
+Everything for one callback is one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from bridge.domain.aggregate import RunChange
+from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
+from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.service.ports import (
+    ActiveCandidate,
+    DedupeKeyTakenError,
+    IdempotencyKeyTakenError,
+    MismatchRecord,
+    TaskSnapshot,
+)
+from bridge.service.run_service import RunService, RunTransaction
+
+PROJECT_ID = "default"
+CANDIDATE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
+SHELL = Actor(ActorType.LEGACY_SHELL)
+_SYNTH = {"synthesized": True}
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackFacts:
+    """One status callback for one cron id, already in milliseconds and with the log path digested."""
+
+    cron_id: int
+    pid: int | None
+    log_ref: str | None
+    started_at_ms: int | None  # from last_execution_time; None when 2.x sent 0 ("never")
+    duration_ms: int | None  # from last_running_time
+    exit_code: int | None
+    received_at_ms: int
+
+    @property
+    def execution_key(self) -> str:
+        return f"legacy:{self.cron_id}:{self.pid}:{self.log_ref}:{self.started_at_ms}"
+
+    @property
+    def end_key(self) -> str:
+        return f"legacy-end:{self.pid}:{self.log_ref}:{self.exit_code}:{self.started_at_ms}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionContext:
+    """What a new Run is accepted with: origin (and why), mode, task identity."""
+
+    origin: str
+    evidence: str
+    task_revision: str
+    snapshot: TaskSnapshot | None = None
+    mode: str = Mode.SHADOW.value
+
+
+class Outcome(StrEnum):
+    STARTED = "started"
+    CLOSED = "closed"
+    BACKFILLED = "backfilled"
+    DUPLICATE = "duplicate"
+    LATE_IGNORED = "late_ignored"
+    AMBIGUOUS = "ambiguous"
+    UNMATCHED = "unmatched"
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowResult:
+    outcome: Outcome
+    run_id: str | None = None
+    origin: str | None = None
+
+
+ContextSource = Callable[[], ExecutionContext | None]
+
+
+class ShadowRecorder:
+    def __init__(self, runs: RunService) -> None:
+        self._runs = runs
+
+    def record_start(self, facts: CallbackFacts, context: ExecutionContext) -> ShadowResult:
+        """Open the execution's Run (running, Attempt 1 running); a repeat appends nothing."""
+        def work(tx: RunTransaction) -> ShadowResult:
+            existing = tx.store.get_run_by_idempotency_key(PROJECT_ID, facts.execution_key)
+            if existing is not None:
+                return _late_or_duplicate(tx, existing, f"late-start:{facts.execution_key}", "start")
+            run = _open_run(tx, facts, context, synthesized=False)
+            return ShadowResult(Outcome.STARTED, run.id, context.origin)
+
+        return self._once(work, facts)
+
+    def record_end(self, facts: CallbackFacts, context: ContextSource) -> ShadowResult:
+        """Close the one matching Run, back-fill one, or record why the callback could not be placed."""
+        def work(tx: RunTransaction) -> ShadowResult:
+            candidates = tx.store.active_candidates(facts.cron_id, CANDIDATE_LIMIT)
+            matched = correlate(candidates, facts)
+            if len(matched) == 1:
+                return _close(tx, matched[0], facts)
+            if len(matched) > 1:
+                return _unplaced(tx, facts, Outcome.AMBIGUOUS, [c.run.id for c in matched])
+            existing = tx.store.get_run_by_idempotency_key(PROJECT_ID, facts.execution_key)
+            if existing is not None:
+                return _late_or_duplicate(tx, existing, f"late:{facts.end_key}", "end", facts.end_key)
+            ctx = context()
+            if ctx is None:
+                return ShadowResult(Outcome.UNMATCHED)
+            run = _open_run(tx, facts, ctx, synthesized=True)
+            closed = _close(tx, ActiveCandidate(*_reload(tx, run)), facts)
+            return ShadowResult(Outcome.BACKFILLED, closed.run_id, ctx.origin)
+
+        return self._once(work, facts)
+
+    def _once(self, work: Callable[[RunTransaction], ShadowResult], facts: CallbackFacts) -> ShadowResult:
+        try:
+            return self._runs.transaction(work)
+        except (IdempotencyKeyTakenError, DedupeKeyTakenError):
+            # A twin callback committed the same execution or the same end first: this one is the duplicate.
+            return ShadowResult(Outcome.DUPLICATE)
+
+
+def correlate(candidates: list[ActiveCandidate], facts: CallbackFacts) -> list[ActiveCandidate]:
+    """Every candidate at the first level that has any: (pid, log digest), then pid, then the Runs no pid
+    contradicts (a Run whose known pid differs is another execution, never a guess). One is a match;
+    several are ambiguous."""
+    if facts.pid is not None:
+        strong = [c for c in candidates if c.run.legacy_pid == facts.pid and c.run.log_ref == facts.log_ref]
+        if strong:
+            return strong
+        by_pid = [c for c in candidates if c.run.legacy_pid == facts.pid]
+        if by_pid:
+            return by_pid
+    return [c for c in candidates if c.run.legacy_pid is None or facts.pid is None]
+
+
+def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *, synthesized: bool) -> Run:
+    started = facts.started_at_ms if facts.started_at_ms is not None else facts.received_at_ms
+    run = Run(
+        id=tx.new_id(), project_id=PROJECT_ID, task_id=f"legacy-cron:{facts.cron_id}", task_revision=ctx.task_revision,
+        trigger_type="legacy_callback", status=RunStatus.CREATED, version=0, event_sequence=0,
+        created_at_ms=tx.at_ms, legacy_cron_id=facts.cron_id, idempotency_key=facts.execution_key,
+        origin=ctx.origin, origin_evidence=ctx.evidence, mode=ctx.mode, owner=Owner.LEGACY.value,
+        legacy_pid=facts.pid, log_ref=facts.log_ref, synthesized=synthesized, received_at_ms=facts.received_at_ms,
+    )
+    mark = _SYNTH if synthesized else {}
+    change = tx.create(run, actor=SHELL, payload={"origin": ctx.origin, "evidence": ctx.evidence, **mark})
+    change.move_run(RunStatus.QUEUED, payload=mark)
+    change.move_run(RunStatus.DISPATCHING, payload=mark)
+    attempt = change.add_attempt(RunAttempt(
+        id=tx.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED, executor_type="legacy_shell",
+        callback_sequence=0, created_at_ms=tx.at_ms, pid=facts.pid, log_artifact_id=facts.log_ref,
+        synthesized=synthesized), payload={"pid": facts.pid, "log_ref": facts.log_ref, **mark})
+    attempt = change.move_attempt(attempt, AttemptStatus.STARTING, payload=mark)
+    change.move_attempt(attempt, AttemptStatus.RUNNING, payload=mark, started_at_ms=started)
+    change.move_run(RunStatus.RUNNING, payload=mark, started_at_ms=started)
+    if ctx.snapshot is not None:
+        tx.store.put_task_snapshot(ctx.snapshot)
+    return tx.commit(change).run
+
+
+def _reload(tx: RunTransaction, run: Run) -> tuple[Run, RunAttempt | None]:
+    attempts = tx.store.get_attempts(run.id)
+    stored = tx.store.get_run(run.id)
+    assert stored is not None
+    return stored, attempts[-1] if attempts else None
+
+
+def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts) -> ShadowResult:
+    run, attempt = candidate.run, candidate.attempt
+    change = tx.begin(run, actor=SHELL, dedupe_key=facts.end_key)
+    failed = facts.exit_code not in (None, 0)
+    error = {"error_code": ErrorCode.PROCESS_EXIT_ERROR.value} if failed else {}
+    if attempt is None or attempt.is_terminal:
+        return _late(tx, change, attempt, "end")
+    attempt = _bring_attempt_to_running(change, attempt)
+    change.move_attempt(attempt, AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED,
+                        payload=_exit(facts), exit_code=facts.exit_code, finished_at_ms=facts.received_at_ms, **error)
+    _bring_run_to_running(change)
+    change.move_run(RunStatus.FAILED if failed else RunStatus.SUCCEEDED, payload=_exit(facts),
+                    duration_ms=facts.duration_ms, finished_at_ms=facts.received_at_ms, **error)
+    tx.commit(change)
+    return ShadowResult(Outcome.CLOSED, run.id, run.origin)
+
+
+def _bring_attempt_to_running(change: RunChange, attempt: RunAttempt) -> RunAttempt:
+    for step in (AttemptStatus.STARTING, AttemptStatus.RUNNING):
+        if attempt.status is AttemptStatus.CLAIMED or (step is AttemptStatus.RUNNING
+                                                        and attempt.status is AttemptStatus.STARTING):
+            attempt = change.move_attempt(attempt, step, payload=_SYNTH)
+    return attempt
+
+
+def _bring_run_to_running(change: RunChange) -> None:
+    path = {RunStatus.CREATED: (RunStatus.QUEUED, RunStatus.DISPATCHING, RunStatus.RUNNING),
+            RunStatus.QUEUED: (RunStatus.DISPATCHING, RunStatus.RUNNING),
+            RunStatus.DISPATCHING: (RunStatus.RUNNING,)}
+    for step in path.get(change.run.status, ()):
+        change.move_run(step, payload=_SYNTH)
+
+
+def _exit(facts: CallbackFacts) -> dict[str, object]:
+    payload: dict[str, object] = {"received_at_ms": facts.received_at_ms}
+    if facts.exit_code is not None:
+        payload["exit_code"] = facts.exit_code
+    if facts.duration_ms is not None:
+        payload["duration_ms"] = facts.duration_ms
+    return payload
+
+
+def _late_or_duplicate(tx: RunTransaction, run: Run, late_key: str, kind: str,
+                       own_key: str | None = None) -> ShadowResult:
+    """A callback for an execution already recorded: a pure repeat appends nothing; a late one, one event."""
+    if own_key is not None and tx.store.has_dedupe_key(run.id, own_key):
+        return ShadowResult(Outcome.DUPLICATE, run.id, run.origin)
+    attempts = tx.store.get_attempts(run.id)
+    latest = attempts[-1] if attempts else None
+    if latest is not None and not latest.is_terminal:
+        return ShadowResult(Outcome.DUPLICATE, run.id, run.origin)
+    if tx.store.has_dedupe_key(run.id, late_key):
+        return ShadowResult(Outcome.DUPLICATE, run.id, run.origin)
+    return _late(tx, tx.begin(run, actor=SHELL, dedupe_key=late_key), latest, kind)
+
+
+def _late(tx: RunTransaction, change: RunChange, attempt: RunAttempt | None, kind: str) -> ShadowResult:
+    payload = {"late_status": "running" if kind == "start" else "finished", "source": kind}
+    if attempt is not None:
+        payload["current"] = attempt.status.value
+    change.append(EventType.ATTEMPT_LATE_CALLBACK_IGNORED, payload, attempt_id=attempt.id if attempt else None)
+    run = tx.commit(change).run
+    return ShadowResult(Outcome.LATE_IGNORED, run.id, run.origin)
+
+
+def _unplaced(tx: RunTransaction, facts: CallbackFacts, outcome: Outcome, run_ids: list[str]) -> ShadowResult:
+    kind = "compat.ambiguous_callback" if outcome is Outcome.AMBIGUOUS else "compat.unmatched_callback"
+    tx.store.record_mismatch(MismatchRecord(
+        kind=kind, dedupe_key=f"{kind}:{facts.cron_id}:{facts.end_key}", seen_at_ms=tx.at_ms,
+        legacy_cron_id=facts.cron_id,
+        diff={"candidates": len(run_ids), "run_ids": run_ids[:8], "pid": facts.pid, "log_ref": facts.log_ref}))
+    return ShadowResult(outcome)

@@ -1,0 +1,124 @@
+"""ShadowRecorder on every store: one Run per execution, correlation without guessing, late and duplicate callbacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.domain.commands import RequestCancel
+from bridge.domain.events import EventType
+from bridge.domain.model import AttemptStatus, RunStatus
+from bridge.service.run_service import RunService
+from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
+from tests.contract.lifecycle import ACTOR
+
+CTX = ExecutionContext(origin="scheduled_node", evidence="schedule_match:main:5_field:node", task_revision="rev")
+BEGIN_MS = 1_796_216_497_000
+
+
+def facts(pid: int | None = 10325, exit_code: int | None = None, *, cron: int = 1, log: str | None = "log-a",
+          duration_ms: int | None = None, begin_ms: int = BEGIN_MS) -> CallbackFacts:
+    return CallbackFacts(cron_id=cron, pid=pid, log_ref=log, started_at_ms=begin_ms, duration_ms=duration_ms,
+                         exit_code=exit_code, received_at_ms=begin_ms + 2500)
+
+
+def end(pid: int | None = 10325, exit_code: int | None = 0, **kw: object) -> CallbackFacts:
+    return facts(pid, exit_code, duration_ms=2000, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def recorder(service: RunService) -> ShadowRecorder:
+    return ShadowRecorder(service)
+
+
+def types(service: RunService, run_id: str) -> list[str]:
+    return [e.type.value for e in service.list_events(run_id, 0, 1000).events]
+
+
+def test_a_start_opens_a_running_run_through_every_legal_step(recorder: ShadowRecorder, service: RunService) -> None:
+    result = recorder.record_start(facts(), CTX)
+    assert result.outcome is Outcome.STARTED and result.run_id
+    run = service.get_run(result.run_id)
+    (attempt,) = service.get_attempts(run.id)
+    assert (run.status, attempt.status) == (RunStatus.RUNNING, AttemptStatus.RUNNING)
+    assert (run.task_id, run.origin, run.mode, run.owner) == ("legacy-cron:1", "scheduled_node", "shadow", "legacy")
+    assert run.started_at_ms == BEGIN_MS and attempt.started_at_ms == BEGIN_MS and attempt.pid == 10325
+    assert types(service, run.id) == ["run.created", "run.queued", "run.dispatching", "attempt.claimed",
+                                      "attempt.starting", "attempt.running", "run.running"]
+    assert {e.actor_type.value for e in service.list_events(run.id).events} == {"legacy_shell"}
+
+
+@pytest.mark.parametrize("exit_code, run_status, error_code", [
+    (0, RunStatus.SUCCEEDED, None), (3, RunStatus.FAILED, "process_exit_error"), (None, RunStatus.SUCCEEDED, None)])
+def test_an_end_closes_the_run_by_exit_code(recorder: ShadowRecorder, service: RunService, exit_code: int | None,
+                                            run_status: RunStatus, error_code: str | None) -> None:
+    run_id = recorder.record_start(facts(), CTX).run_id
+    result = recorder.record_end(end(exit_code=exit_code), lambda: CTX)
+    assert result.outcome is Outcome.CLOSED and result.run_id == run_id
+    run = service.get_run(run_id)
+    (attempt,) = service.get_attempts(run_id)
+    assert run.status is run_status and run.error_code == error_code
+    assert attempt.exit_code == exit_code and run.duration_ms == 2000
+    assert len(types(service, run_id)) <= 10  # write budget of a normal execution
+
+
+def test_duplicate_start_and_end_callbacks_append_nothing(recorder: ShadowRecorder, service: RunService) -> None:
+    run_id = recorder.record_start(facts(), CTX).run_id
+    assert recorder.record_start(facts(), CTX).outcome is Outcome.DUPLICATE
+    recorder.record_end(end(), lambda: CTX)
+    before = types(service, run_id)
+    assert recorder.record_end(end(), lambda: CTX).outcome is Outcome.DUPLICATE
+    assert types(service, run_id) == before
+
+
+def test_a_different_callback_for_a_terminal_attempt_is_ignored_once(recorder: ShadowRecorder,
+                                                                     service: RunService) -> None:
+    run_id = recorder.record_start(facts(), CTX).run_id
+    recorder.record_end(end(exit_code=0), lambda: CTX)
+    assert recorder.record_end(end(exit_code=1), lambda: CTX).outcome is Outcome.LATE_IGNORED
+    assert recorder.record_end(end(exit_code=1), lambda: CTX).outcome is Outcome.DUPLICATE
+    assert types(service, run_id).count(EventType.ATTEMPT_LATE_CALLBACK_IGNORED.value) == 1
+    assert service.get_run(run_id).status is RunStatus.SUCCEEDED
+
+
+def test_a_finish_only_callback_backfills_a_synthesized_run(recorder: ShadowRecorder, service: RunService) -> None:
+    result = recorder.record_end(end(exit_code=0), lambda: CTX)
+    assert result.outcome is Outcome.BACKFILLED
+    run = service.get_run(result.run_id)
+    (attempt,) = service.get_attempts(run.id)
+    assert run.synthesized and attempt.synthesized and run.status is RunStatus.SUCCEEDED
+    synthesized = [e for e in service.list_events(run.id).events if e.payload.get("synthesized")]
+    assert {e.type.value for e in synthesized} >= {"run.queued", "attempt.starting", "run.running"}
+    late = recorder.record_start(facts(), CTX)  # the start arrives after its end
+    assert late.outcome is Outcome.LATE_IGNORED and late.run_id == run.id
+    assert recorder.record_start(facts(), CTX).outcome is Outcome.DUPLICATE
+    assert types(service, run.id).count("attempt.late_callback_ignored") == 1
+
+
+def test_an_end_for_an_unknown_cron_records_nothing(recorder: ShadowRecorder, service: RunService) -> None:
+    assert recorder.record_end(end(cron=999), lambda: None).outcome is Outcome.UNMATCHED
+
+
+def test_concurrent_executions_of_one_cron_never_cross(recorder: ShadowRecorder, service: RunService) -> None:
+    a = recorder.record_start(facts(pid=100, log="log-a"), CTX).run_id
+    b = recorder.record_start(facts(pid=200, log="log-b", begin_ms=BEGIN_MS + 1000), CTX).run_id
+    assert recorder.record_end(end(pid=200, log="log-b", exit_code=5, begin_ms=BEGIN_MS + 1000),
+                               lambda: CTX).run_id == b
+    assert service.get_run(a).status is RunStatus.RUNNING
+    assert recorder.record_end(end(pid=100, log="log-a", exit_code=0), lambda: CTX).run_id == a
+    assert (service.get_run(a).status, service.get_run(b).status) == (RunStatus.SUCCEEDED, RunStatus.FAILED)
+
+
+def test_several_uncontradicted_candidates_are_ambiguous_and_nothing_changes(recorder: ShadowRecorder,
+                                                                            service: RunService) -> None:
+    a = recorder.record_start(facts(pid=None, log="x"), CTX).run_id
+    b = recorder.record_start(facts(pid=None, log="y", begin_ms=BEGIN_MS + 5000), CTX).run_id
+    result = recorder.record_end(end(pid=777, log="z", begin_ms=BEGIN_MS + 9000), lambda: CTX)
+    assert result.outcome is Outcome.AMBIGUOUS
+    assert service.get_run(a).status is RunStatus.RUNNING and service.get_run(b).status is RunStatus.RUNNING
+
+
+def test_an_end_after_a_cancel_request_converges_to_cancelled(recorder: ShadowRecorder, service: RunService) -> None:
+    run_id = recorder.record_start(facts(), CTX).run_id
+    service.request_cancel(RequestCancel(run_id, ACTOR))
+    recorder.record_end(end(exit_code=0), lambda: CTX)
+    assert service.get_run(run_id).status is RunStatus.CANCELLED
