@@ -1,0 +1,1 @@
+"""Adapters to a running QingLong 2.x install: its callbacks, database, auth cache and time units."""

@@ -1,0 +1,139 @@
+"""2.x's ``/open/*`` token check (legacy-2x.md section 4), answered from ``data/db/keyv.sqlite``.
+
+2.x reads its Keyv cache, not the ``Apps`` table, so this does too (10.11: never diverge from it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from legacy_adapters.errors import LegacyAuthError
+
+MESSAGE_LOGIN_FIRST = "请先登录"  # "please log in first"
+MESSAGE_TOKEN_EXPIRED = "Token 已失效"  # "token expired"
+MESSAGE_NO_PERMISSION = "暂无权限"  # "no permission"
+
+_SCOPE = re.compile(r"/open/([a-z]+)/*")  # req.path.match(/\/open\/([a-z]+)\/*/), unanchored
+_CACHE_TTL_S = 1.0
+
+
+def extract_token(authorization: str | None) -> str:
+    """2.x ``getToken``: only a ``Bearer`` scheme counts; each prefix is removed once (JS replace)."""
+    if not authorization or authorization.split(" ")[0] != "Bearer":
+        return ""
+    return authorization.replace("Bearer ", "", 1).replace("mobile-", "", 1).replace("desktop-", "", 1)
+
+
+def platform_of(user_agent: str) -> str:
+    """2.x ``getPlatform``: "mobile" or "desktop" from a User-Agent, as used for authInfo.tokens."""
+    ua = user_agent.lower()
+    if re.search(r"windows|win32|win64|wow32|wow64|macintosh|macintel|x11", ua):
+        return "desktop"
+    if re.search(r"android|adr|ios|iphone|ipad|ipod|iwatch|mobile", ua):
+        return "mobile"
+    return "desktop"
+
+
+def _js_round(value: float) -> int:
+    return math.floor(value + 0.5)  # Math.round: halves go up, also for negatives
+
+
+def _panel_tokens(auth_info: dict[str, Any], platform: str) -> list[str]:
+    # authInfo.token is the last login; tokens[platform] is a list (older: one string) whose
+    # items are strings or {value, timestamp, ...} objects.
+    found = [auth_info.get("token")]
+    per_platform = (auth_info.get("tokens") or {}).get(platform)
+    items = per_platform if isinstance(per_platform, list) else [per_platform]
+    found += [i.get("value") if isinstance(i, dict) else i for i in items]
+    return [t for t in found if isinstance(t, str) and t]
+
+
+class LegacyTokenAuthority:
+    """Decides ``/open/*`` requests as 2.x would, reading the keyv file at most once a second."""
+
+    def __init__(self, keyv_path: str | os.PathLike[str], *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.keyv_path = Path(keyv_path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[Any], dict[str, Any]] | None = None
+
+    def check_open_request(
+        self, path: str, authorization: str | None, now_s: float, *, user_agent: str | None = None
+    ) -> None:
+        """Return if 2.x would let the request through. Raises LegacyAuthError (2.x's 401 body)."""
+        token = extract_token(authorization)
+        apps, auth_info = self._snapshot()
+        app, entry = self._find_app_token(apps, token)
+        if app is not None:
+            match = _SCOPE.search(path)
+            if not match or match.group(1) not in (app.get("scopes") or []):
+                raise LegacyAuthError(MESSAGE_NO_PERMISSION, "scope")
+            expiration = entry.get("expiration")
+            if not isinstance(expiration, (int, float)) or expiration < _js_round(now_s):
+                raise LegacyAuthError(MESSAGE_TOKEN_EXPIRED, "expired")
+            return
+        if not token:
+            raise LegacyAuthError(MESSAGE_LOGIN_FIRST, "missing")
+        # Fall-through: a panel token passes on /open/* too, without JWT verification.
+        if token in _panel_tokens(auth_info, platform_of(user_agent or "")):
+            return
+        raise LegacyAuthError(MESSAGE_TOKEN_EXPIRED, "unknown")
+
+    @staticmethod
+    def _find_app_token(apps: list[Any], token: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        if not token:
+            return None, {}
+        for app in apps:
+            for entry in (app.get("tokens") or []) if isinstance(app, dict) else []:
+                if isinstance(entry, dict) and entry.get("value") == token:
+                    return app, entry
+        return None, {}
+
+    def _snapshot(self) -> tuple[list[Any], dict[str, Any]]:
+        with self._lock:
+            now = self._clock()
+            if self._cached is None or now - self._cached[0] >= _CACHE_TTL_S:
+                self._cached = (now, *self._read_keyv())
+            return self._cached[1], self._cached[2]
+
+    def _read_keyv(self) -> tuple[list[Any], dict[str, Any]]:
+        # A missing cache file means 2.x would know no token either.
+        if not self.keyv_path.is_file():
+            return [], {}
+        uri = f"{self.keyv_path.resolve().as_uri()}?mode=ro"
+        with closing(sqlite3.connect(uri, uri=True, timeout=0.3)) as conn:
+            rows = dict(conn.execute("SELECT key, value FROM keyv WHERE key IN ('keyv:apps', 'keyv:authInfo')"))
+        apps = _keyv_value(rows.get("keyv:apps"))
+        auth_info = _keyv_value(rows.get("keyv:authInfo"))
+        return (apps if isinstance(apps, list) else [], auth_info if isinstance(auth_info, dict) else {})
+
+    def invalidate(self) -> None:
+        """Forget the cached keyv contents so the next check re-reads the file."""
+        with self._lock:
+            self._cached = None
+
+
+def _keyv_value(raw: str | None) -> Any:
+    # Keyv stores {"value": <data>, "expires": <ms or null>} serialized with json-buffer.
+    if not raw:
+        return None
+    try:
+        envelope = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(envelope, dict):
+        return None
+    expires = envelope.get("expires")
+    if isinstance(expires, (int, float)) and expires < time.time() * 1000:
+        return None  # Keyv drops an expired entry on read
+    return envelope.get("value")

@@ -1,0 +1,277 @@
+"""Read-only access to 2.x's ``data/db/database.sqlite``, tolerant of installs older than v2.21.0.
+
+Also detects the 2.x scheduler mode (legacy-2x.md 1.3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from legacy_adapters.errors import LegacyDatabaseError
+from legacy_adapters.schema import CRONTABS_SENTINEL_COLUMNS
+
+# 2.x sets no busy_timeout and retries SQLITE_BUSY itself; a reader must never hold the
+# rollback-journal SHARED lock long, so it waits briefly and reads in short statements.
+BUSY_TIMEOUT_S = 0.3
+# Objects a QingLong 3.0 migration creates; their presence means the file is no longer plain 2.x.
+_THREE_ZERO_TABLES = ("Runs", "RunAttempts", "RunEvents", "RunRetryPolicies")
+
+_CRON_COLUMNS = {  # field -> Crontabs column
+    "id": "id",
+    "name": "name",
+    "command": "command",
+    "schedule": "schedule",
+    "timestamp": "timestamp",
+    "saved": "saved",
+    "status": "status",
+    "is_system": "isSystem",
+    "pid": "pid",
+    "is_disabled": "isDisabled",
+    "is_pinned": "isPinned",
+    "log_path": "log_path",
+    "labels": "labels",
+    "last_running_time": "last_running_time",
+    "last_execution_time": "last_execution_time",
+    "sub_id": "sub_id",
+    "extra_schedules": "extra_schedules",
+    "task_before": "task_before",
+    "task_after": "task_after",
+    "log_name": "log_name",
+    "allow_multiple_instances": "allow_multiple_instances",
+    "work_dir": "work_dir",
+    "created_at": "createdAt",
+    "updated_at": "updatedAt",
+}
+_INSTANCE_COLUMNS = ("id", "cron_id", "pid", "log_path", "started_at", "finished_at", "status", "exit_code")
+
+
+@dataclass(frozen=True)
+class LegacyCron:
+    """One ``Crontabs`` row; a column the install lacks reads as None."""
+
+    id: int
+    name: str | None
+    command: str | None
+    schedule: str | None
+    timestamp: str | None
+    saved: bool | None
+    status: int | None
+    is_system: bool | None
+    pid: int | None
+    is_disabled: bool  # NULL is "not disabled", as in 2.x's filters
+    is_pinned: bool | None
+    log_path: str | None
+    labels: tuple[str, ...] | None  # None: the stored JSON text is malformed
+    last_running_time: int | float | None  # seconds (a duration)
+    last_execution_time: int | float | None  # unix seconds; 0 means never
+    sub_id: int | None
+    extra_schedules: tuple[str, ...] | None  # None: the stored JSON text is malformed
+    task_before: str | None
+    task_after: str | None
+    log_name: str | None
+    work_dir: str | None
+    # NULL on upgraded rows never re-saved; runCron tests `=== 0`, so NULL acts as True.
+    allow_multiple_instances: bool | None
+    created_at: str | None
+    updated_at: str | None
+
+
+@dataclass(frozen=True)
+class LegacyInstance:
+    """One ``RunningInstances`` row; times are unix seconds."""
+
+    id: int
+    cron_id: int | None
+    pid: int | None
+    log_path: str | None
+    started_at: int | float | None
+    finished_at: int | float | None
+    status: int | None
+    exit_code: int | float | None
+
+
+def _number(value: Any) -> int | float | None:
+    # NUMBER has NUMERIC affinity: integers come back as int, odd writes as float or text.
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    return value if isinstance(value, int) else None
+
+
+def _integer(value: Any) -> int | None:
+    number = _number(value)
+    return number if isinstance(number, int) else None
+
+
+def _flag(value: Any) -> bool | None:
+    number = _number(value)
+    return None if number is None else bool(number)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _json_strings(value: Any, key: str | None = None) -> tuple[str, ...] | None:
+    """A JSON array of strings (labels) or of ``{"schedule": ...}`` objects (extra_schedules)."""
+    if value is None or value == "":
+        return ()
+    try:
+        items = json.loads(value) if isinstance(value, (str, bytes)) else value
+    except ValueError:
+        return None
+    if not isinstance(items, list):
+        return None
+    found = [item.get(key) if key and isinstance(item, dict) else item for item in items]
+    return tuple(str(item) for item in found if isinstance(item, str) and item)
+
+
+def _cron_from_row(row: Mapping[str, Any]) -> LegacyCron:
+    get = row.get
+    return LegacyCron(
+        id=int(row["id"]),
+        name=_text(get("name")),
+        command=_text(get("command")),
+        schedule=_text(get("schedule")),
+        timestamp=_text(get("timestamp")),
+        saved=_flag(get("saved")),
+        status=_integer(get("status")),
+        is_system=_flag(get("isSystem")),
+        pid=_integer(get("pid")),
+        is_disabled=bool(_flag(get("isDisabled"))),
+        is_pinned=_flag(get("isPinned")),
+        log_path=_text(get("log_path")),
+        labels=_json_strings(get("labels")),
+        last_running_time=_number(get("last_running_time")),
+        last_execution_time=_number(get("last_execution_time")),
+        sub_id=_integer(get("sub_id")),
+        extra_schedules=_json_strings(get("extra_schedules"), "schedule"),
+        task_before=_text(get("task_before")),
+        task_after=_text(get("task_after")),
+        log_name=_text(get("log_name")),
+        work_dir=_text(get("work_dir")),
+        allow_multiple_instances=_flag(get("allow_multiple_instances")),
+        created_at=_text(get("createdAt")),
+        updated_at=_text(get("updatedAt")),
+    )
+
+
+def _instance_from_row(row: Mapping[str, Any]) -> LegacyInstance:
+    get = row.get
+    return LegacyInstance(
+        id=int(row["id"]),
+        cron_id=_integer(get("cron_id")),
+        pid=_integer(get("pid")),
+        log_path=_text(get("log_path")),
+        started_at=_number(get("started_at")),
+        finished_at=_number(get("finished_at")),
+        status=_integer(get("status")),
+        exit_code=_number(get("exit_code")),
+    )
+
+
+class LegacyReader:
+    """Reads 2.x tables by column name over short read-only connections."""
+
+    def __init__(self, database_path: str | os.PathLike[str]) -> None:
+        self.path = Path(database_path)
+
+    def _connect(self) -> sqlite3.Connection:
+        # mode=ro can never create or write the file; as_uri() percent-encodes odd paths.
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        # One statement = one implicit read transaction, released before rows are used.
+        with closing(self._connect()) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def columns(self, table: str) -> frozenset[str]:
+        """Column names of ``table``; empty when the install has no such table."""
+        rows = self._fetch("SELECT name FROM pragma_table_info(?)", (table,))
+        return frozenset(row["name"] for row in rows)
+
+    def has_table(self, name: str) -> bool:
+        """True when the 2.x database has a table called ``name``."""
+        rows = self._fetch("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+        return bool(rows)
+
+    def _select(self, table: str, wanted: Sequence[str]) -> str | None:
+        present = self.columns(table)
+        if not present:
+            return None
+        names = ", ".join(f'"{c}"' for c in wanted if c in present)
+        return f'SELECT {names} FROM "{table}"'
+
+    def get_cron(self, cron_id: int) -> LegacyCron | None:
+        """The Crontabs row with ``cron_id``, or None."""
+        select = self._select("Crontabs", list(_CRON_COLUMNS.values()))
+        rows = self._fetch(f"{select} WHERE id = ?", (cron_id,)) if select else []
+        return _cron_from_row(dict(rows[0])) if rows else None
+
+    def iter_crons(self, batch_size: int = 500) -> Iterator[LegacyCron]:
+        """Every Crontabs row in id order, keyset-paged so no lock is held between pages."""
+        select = self._select("Crontabs", list(_CRON_COLUMNS.values()))
+        yield from (_cron_from_row(r) for r in self._pages(select, 0, batch_size))
+
+    def iter_instances(self, after_id: int = 0, batch_size: int = 500) -> Iterator[LegacyInstance]:
+        """RunningInstances rows with id > ``after_id`` in id order; none on pre-2.21 installs."""
+        select = self._select("RunningInstances", _INSTANCE_COLUMNS)
+        yield from (_instance_from_row(r) for r in self._pages(select, after_id, batch_size))
+
+    def _pages(self, select: str | None, after_id: int, batch_size: int) -> Iterator[dict[str, Any]]:
+        while select is not None:
+            rows = self._fetch(f"{select} WHERE id > ? ORDER BY id LIMIT ?", (after_id, batch_size))
+            yield from (dict(row) for row in rows)
+            if len(rows) < batch_size:
+                return
+            after_id = int(rows[-1]["id"])
+
+    def instances_for_cron(self, cron_id: int, limit: int) -> list[LegacyInstance]:
+        """Up to ``limit`` instances of a cron, newest first (2.x orders by started_at DESC)."""
+        select = self._select("RunningInstances", _INSTANCE_COLUMNS)
+        if select is None:
+            return []
+        rows = self._fetch(f"{select} WHERE cron_id = ? ORDER BY started_at DESC, id DESC LIMIT ?", (cron_id, limit))
+        return [_instance_from_row(dict(row)) for row in rows]
+
+    def check_is_legacy_database(self) -> None:
+        """Raises LegacyDatabaseError unless the file is a 2.x database (sentinel Crontabs table)."""
+        if not self.path.is_file():
+            raise LegacyDatabaseError(str(self.path), "missing")
+        try:
+            crontabs = self.columns("Crontabs")
+            foreign = [t for t in _THREE_ZERO_TABLES if self.has_table(t)]
+        except sqlite3.DatabaseError as exc:
+            raise LegacyDatabaseError(str(self.path), "not_legacy", str(exc)) from exc
+        if not CRONTABS_SENTINEL_COLUMNS <= crontabs:
+            raise LegacyDatabaseError(str(self.path), "not_legacy", "no Crontabs(id, command, schedule) table")
+        if foreign:
+            raise LegacyDatabaseError(
+                str(self.path), "unsupported", "already holds QingLong 3.0 tables: " + ", ".join(foreign)
+            )
+
+
+def detect_scheduler_mode(environ: Mapping[str, str] | None = None) -> Literal["system", "node"]:
+    """2.x's CronService.schedulerMode: QL_SCHEDULER if valid, else "system" when crond exists."""
+    env = os.environ if environ is None else environ
+    configured = env.get("QL_SCHEDULER", "").strip()
+    if configured in ("system", "node"):
+        return "system" if configured == "system" else "node"
+    return "system" if shutil.which("crond") else "node"

@@ -1,0 +1,109 @@
+"""The 2.x (v2.21.0) schema as it sits on disk: exact DDL, numeric enums, and text encodings.
+
+We never migrate the 2.x database; these strings mirror it (legacy-2x.md 2.2-2.9) for reads and the double.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, tzinfo
+from enum import IntEnum
+
+# Single statements exactly as Sequelize 6 sync() emits them on a fresh v2.21.0 install. On an
+# upgraded install the ALTER-added columns sit after `updatedAt`, so never rely on order.
+CRONTABS_DDL = (
+    "CREATE TABLE `Crontabs` (`id` INTEGER PRIMARY KEY AUTOINCREMENT, `name` VARCHAR(255), "
+    "`command` VARCHAR(255), `schedule` VARCHAR(255), `timestamp` VARCHAR(255), "
+    "`saved` TINYINT(1), `status` NUMBER, `isSystem` NUMBER, `pid` NUMBER, `isDisabled` NUMBER, "
+    "`isPinned` NUMBER, `log_path` VARCHAR(255), `labels` JSON, `last_running_time` NUMBER, "
+    "`last_execution_time` NUMBER, `sub_id` NUMBER, `extra_schedules` JSON, "
+    "`task_before` VARCHAR(255), `task_after` VARCHAR(255), `log_name` VARCHAR(255), "
+    "`allow_multiple_instances` NUMBER, `work_dir` VARCHAR(255), "
+    "`createdAt` DATETIME NOT NULL, `updatedAt` DATETIME NOT NULL, "
+    "UNIQUE (`name`, `command`, `schedule`));"
+)
+
+RUNNING_INSTANCES_DDL = (
+    "CREATE TABLE `RunningInstances` (`id` INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "`cron_id` NUMBER NOT NULL, `pid` NUMBER, `log_path` VARCHAR(255), "
+    "`started_at` NUMBER NOT NULL, `finished_at` NUMBER, `status` NUMBER NOT NULL DEFAULT 0, "
+    "`exit_code` NUMBER, `createdAt` DATETIME NOT NULL, `updatedAt` DATETIME NOT NULL);"
+)
+
+# total_time / max_time are already milliseconds (elapsed seconds x 1000): never multiply again.
+CRONTAB_STATS_DDL = (
+    "CREATE TABLE `CrontabStats` (`id` INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "`ref_id` NUMBER NOT NULL, `date` VARCHAR(255) NOT NULL, `run_count` NUMBER DEFAULT 0, "
+    "`success_count` NUMBER DEFAULT 0, `fail_count` NUMBER DEFAULT 0, "
+    "`total_time` NUMBER DEFAULT 0, `max_time` NUMBER DEFAULT 0, "
+    "`createdAt` DATETIME NOT NULL, `updatedAt` DATETIME NOT NULL);",
+    "CREATE UNIQUE INDEX `crontab_stats_ref_id_date` ON `CrontabStats` (`ref_id`, `date`);",
+    "CREATE INDEX `crontab_stats_date` ON `CrontabStats` (`date`);",
+)
+
+APPS_DDL = (
+    "CREATE TABLE `Apps` (`id` INTEGER PRIMARY KEY AUTOINCREMENT, `name` VARCHAR(255), "
+    "`scopes` JSON, `client_id` VARCHAR(255), `client_secret` VARCHAR(255), `tokens` JSON, "
+    "`createdAt` DATETIME NOT NULL, `updatedAt` DATETIME NOT NULL, UNIQUE (`name`));"
+)
+
+# data/db/keyv.sqlite: the cache /open/* auth actually reads (not the Apps table).
+KEYV_DDL = "CREATE TABLE keyv(key VARCHAR(255) PRIMARY KEY, value TEXT)"
+
+DATABASE_DDL: tuple[str, ...] = (
+    CRONTABS_DDL,
+    RUNNING_INSTANCES_DDL,
+    *CRONTAB_STATS_DDL,
+    APPS_DDL,
+)
+
+# Crontabs columns added by hand-written ALTERs; installs older than v2.21.0 may lack them.
+CRONTABS_OPTIONAL_COLUMNS = frozenset(
+    {
+        "sub_id",
+        "extra_schedules",
+        "task_before",
+        "task_after",
+        "log_name",
+        "allow_multiple_instances",
+        "work_dir",
+    }
+)
+# The columns ADR-0064 uses to recognise a 2.x database.
+CRONTABS_SENTINEL_COLUMNS = frozenset({"id", "command", "schedule"})
+
+
+class CrontabStatus(IntEnum):
+    """``Crontabs.status``; "disabled" is only a filter value, ``isDisabled`` is the real flag."""
+
+    RUNNING = 0
+    IDLE = 1
+    DISABLED = 2
+    QUEUED = 3
+
+
+class InstanceStatus(IntEnum):
+    """``RunningInstances.status``."""
+
+    RUNNING = 0
+    FINISHED = 1
+    STOPPED = 2
+    ERROR = 3
+
+
+def format_updated_at(ms: int) -> str:
+    """UTC ms as Sequelize writes DATETIME on SQLite: ``YYYY-MM-DD HH:MM:SS.SSS +00:00``."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} +00:00"
+
+
+# ICU long names for the zones a 2.x image normally runs in; others fall back to tzname().
+_LONG_ZONE_NAMES = {"CST+0800": "China Standard Time", "UTC+0000": "Coordinated Universal Time"}
+
+
+def format_js_date_string(ms: int, tz: tzinfo | None = None) -> str:
+    """JS ``Date#toString()`` text, as 2.x writes ``Crontabs.timestamp`` (local time zone)."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(tz)
+    offset = moment.strftime("%z")
+    name = moment.tzname() or ""
+    long_name = _LONG_ZONE_NAMES.get(f"{name}{offset}", name)
+    return moment.strftime("%a %b %d %Y %H:%M:%S") + f" GMT{offset} ({long_name})"

@@ -1,0 +1,234 @@
+"""A throwaway 2.x data directory (db/, config/token.json, log/) for tests and the demo only.
+
+Part of the 2.x test double: it follows legacy-2x.md (2.3-2.9) and never touches a real install.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import sqlite3
+import string
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+from typing import Any
+
+from legacy_adapters.schema import (
+    CRONTABS_DDL,
+    DATABASE_DDL,
+    KEYV_DDL,
+    CrontabStatus,
+    format_js_date_string,
+    format_updated_at,
+)
+
+DEFAULT_SYSTEM_SCOPES = ("crons", "system", "dashboard")  # what initData gives the system app
+TOKEN_LIFETIME_S = 2_592_000  # 30 days, as GET /open/auth/token issues
+_CRON_COLUMNS = frozenset(re.findall(r"`(\w+)` (?!INTEGER PRIMARY)[A-Z]", CRONTABS_DDL))
+
+
+def connect(database_path: Path) -> sqlite3.Connection:
+    """A writer connection like 2.x's: autocommit, rollback journal (no WAL), waits on locks."""
+    conn = sqlite3.connect(database_path, timeout=5.0, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One short ``BEGIN IMMEDIATE`` transaction, as Sequelize runs each 2.x write."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def js_json(value: Any) -> str:
+    """JSON.stringify text, as Sequelize stores a JSON column."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def uniq_path(command: str, cron_id: int) -> str:
+    """2.x ``getUniqPath``: the default log directory, e.g. ``task ql_sample.js`` id 5 -> ql_sample_5."""
+    items = re.split(r" +", command.strip())
+    if items[0] == "task":
+        items = items[1:]
+        if items[:1] == ["-m"]:
+            items = items[2:]
+    name = items[0] if items else ""
+    name = name[: name.rfind(".")] if "." in name else name
+    if "/" in name:
+        parent, base = name.rsplit("/", 1)
+        name = f"{parent.rsplit('/', 1)[-1]}_{base}"
+    return f"{name}_{cron_id}"
+
+
+@dataclass(frozen=True)
+class LegacyDataDir:
+    """The files of a fake 2.x ``data/`` root plus the tokens written into its keyv cache."""
+
+    root: Path
+    system_token: str
+    limited_token: str | None = None
+    expired_token: str | None = None
+    tz: tzinfo | None = None
+
+    @property
+    def database_path(self) -> Path:
+        return self.root / "db" / "database.sqlite"
+
+    @property
+    def keyv_path(self) -> Path:
+        return self.root / "db" / "keyv.sqlite"
+
+    @property
+    def token_json_path(self) -> Path:
+        return self.root / "config" / "token.json"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "log"
+
+    def add_cron(self, name: str | None, command: str, schedule: str, **cols: Any) -> int:
+        """Insert a Crontabs row as 2.x's create does; ``cols`` override columns by DB name."""
+        unknown = set(cols) - _CRON_COLUMNS
+        if unknown:
+            raise ValueError(f"not Crontabs columns: {sorted(unknown)}")
+        now_ms = int(time.time() * 1000)
+        row: dict[str, Any] = {
+            "name": name,
+            "command": command.strip(),
+            "schedule": schedule,
+            "timestamp": format_js_date_string(now_ms, self.tz),
+            "saved": 0,
+            "status": int(CrontabStatus.IDLE),
+            "isSystem": 0,
+            "isDisabled": 0,
+            "isPinned": 0,
+            "createdAt": format_updated_at(now_ms),
+            "updatedAt": format_updated_at(now_ms),
+        }
+        row.update({k: js_json(v) if isinstance(v, (list, dict)) else v for k, v in cols.items()})
+        names = ", ".join(f"`{k}`" for k in row)
+        with closing(connect(self.database_path)) as conn, immediate(conn):
+            cron_id = int(
+                conn.execute(
+                    f"INSERT INTO Crontabs ({names}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())
+                ).lastrowid
+                or 0
+            )
+            if "log_name" not in cols:
+                conn.execute("UPDATE Crontabs SET log_name = ? WHERE id = ?", (uniq_path(command, cron_id), cron_id))
+        return cron_id
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Rows of a read query against database.sqlite, as dicts (for assertions)."""
+        with closing(connect(self.database_path)) as conn:
+            return [dict(row) for row in conn.execute(sql, params)]
+
+    def cron_row(self, cron_id: int) -> dict[str, Any] | None:
+        """The raw Crontabs row, on-disk values untouched."""
+        rows = self.query("SELECT * FROM Crontabs WHERE id = ?", (cron_id,))
+        return rows[0] if rows else None
+
+    def instance_rows(self, cron_id: int) -> list[dict[str, Any]]:
+        """The raw RunningInstances rows of a cron in id order."""
+        return self.query("SELECT * FROM RunningInstances WHERE cron_id = ? ORDER BY id", (cron_id,))
+
+    def write_keyv(self, key: str, value: Any) -> None:
+        """Store ``value`` under ``keyv:<key>`` the way Keyv does (a value/expires envelope)."""
+        with closing(connect(self.keyv_path)) as conn, immediate(conn):
+            conn.execute(
+                "INSERT OR REPLACE INTO keyv (key, value) VALUES (?, ?)",
+                (f"keyv:{key}", js_json({"value": value, "expires": None})),
+            )
+
+
+def _random_text(length: int) -> str:
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(length))
+
+
+def _app(app_id: int, name: str, scopes: Sequence[str], tokens: list[dict[str, Any]], now_s: int) -> dict[str, Any]:
+    iso = datetime.fromtimestamp(now_s, tz=UTC).isoformat(timespec="milliseconds")
+    iso = iso.replace("+00:00", "Z")
+    return {
+        "id": app_id,
+        "name": name,
+        "scopes": list(scopes),
+        "client_id": _random_text(12),
+        "client_secret": _random_text(24),
+        "tokens": tokens,
+        "createdAt": iso,
+        "updatedAt": iso,
+    }
+
+
+def create_legacy_data_dir(
+    root: Path,
+    *,
+    tokens: Sequence[str] | None = None,
+    scopes: Sequence[str] = DEFAULT_SYSTEM_SCOPES,
+    limited_app: bool = True,
+    expired_token: bool = True,
+    now_s: int | None = None,
+    tz: tzinfo | None = None,
+) -> LegacyDataDir:
+    """Create ``root/db/{database,keyv}.sqlite``, ``root/config/token.json`` and ``root/log/``.
+
+    The ``system`` app gets ``tokens`` (default: one uuid4) valid for 30 days and ``scopes``;
+    optionally an app without the ``crons`` scope and an already expired system token.
+    """
+    now = int(time.time()) if now_s is None else now_s
+    valid = list(tokens) if tokens else [str(uuid.uuid4())]
+    expired = str(uuid.uuid4()) if expired_token else None
+    limited = str(uuid.uuid4()) if limited_app else None
+    for sub in ("db", "config", "log", "scripts"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    system_tokens = [{"value": t, "expiration": now + TOKEN_LIFETIME_S} for t in valid]
+    if expired:
+        system_tokens.append({"value": expired, "expiration": now - 60})
+    apps = [_app(1, "system", scopes, system_tokens, now)]
+    if limited:
+        apps.append(_app(2, "limited", ["envs"], [{"value": limited, "expiration": now + TOKEN_LIFETIME_S}], now))
+    data_dir = LegacyDataDir(root, valid[0], limited, expired, tz)
+    _create_databases(data_dir, apps, now)
+    data_dir.token_json_path.write_text(js_json({"value": valid[0], "expiration": now + TOKEN_LIFETIME_S}) + "\n")
+    return data_dir
+
+
+def _create_databases(data_dir: LegacyDataDir, apps: list[dict[str, Any]], now_s: int) -> None:
+    stamp = format_updated_at(now_s * 1000)
+    with closing(connect(data_dir.database_path)) as conn:
+        for statement in DATABASE_DDL:
+            conn.execute(statement)
+        with immediate(conn):
+            conn.executemany(
+                "INSERT INTO Apps (id, name, scopes, client_id, client_secret, tokens, "
+                "createdAt, updatedAt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        a["id"],
+                        a["name"],
+                        js_json(a["scopes"]),
+                        a["client_id"],
+                        a["client_secret"],
+                        js_json(a["tokens"]),
+                        stamp,
+                        stamp,
+                    )
+                    for a in apps
+                ],
+            )
+    with closing(connect(data_dir.keyv_path)) as conn:
+        conn.execute(KEYV_DDL)
+    data_dir.write_keyv("apps", apps)
+    data_dir.write_keyv("authInfo", {"username": "admin", "token": "", "tokens": {}})

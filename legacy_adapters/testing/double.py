@@ -1,0 +1,391 @@
+"""``Legacy2xDouble``: a QingLong v2.21.0 backend TEST DOUBLE on a local port, for tests and demos.
+
+It follows legacy-2x.md (1.4, 3.1-3.7, 4, 5) over a ``LegacyDataDir``; it is never a production 2.x.
+"""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from legacy_adapters.auth import LegacyTokenAuthority
+from legacy_adapters.callbacks import (
+    StatusCallback,
+    decode_json_body,
+    validate_id_array,
+    validate_status_payload,
+)
+from legacy_adapters.errors import LegacyAuthError, LegacyCallbackParseError, node_json
+from legacy_adapters.schema import CrontabStatus, InstanceStatus, format_updated_at
+from legacy_adapters.testing.datadir import LegacyDataDir, connect, immediate
+
+JSON_TYPE = "application/json; charset=utf-8"  # what Express res.send(object) sets
+UNDEFINED_PID = 'WHERE parameter "pid" has invalid "undefined" value'
+_UNDEFINED = object()  # a JS undefined, which 2.x compares differently from null
+
+
+def static_asset(name: str) -> bytes:
+    """The fixed bytes ``GET /static/<name>`` answers, including every byte value."""
+    return bytes(range(256)) * 4 + name.encode("utf-8")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request exactly as the double received it."""
+
+    method: str
+    path: str
+    raw_query: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        """The first header called ``name`` (case-insensitive), or None."""
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    body: bytes
+    content_type: str = JSON_TYPE
+
+
+class _ServiceError(Exception):
+    """A plain Error thrown inside CronService: 2.x answers 500 {"code":500,"message":...}."""
+
+
+def _json(status: int, value: Any) -> _Reply:
+    return _Reply(status, node_json(value))
+
+
+def _kept(value: Any) -> bool:
+    # lodash pickBy(v => v === 0 || !!v): NaN (None here), null and undefined are dropped.
+    return value is not None and (value == 0 or bool(value)) and not isinstance(value, bool)
+
+
+def _status_options(cb: StatusCallback) -> tuple[dict[str, Any], Any]:
+    # Destructuring defaults: an absent time is 0 (and 0 is written), a null one stays null.
+    started = cb.last_execution_time if "last_execution_time" in cb.present_keys else 0
+    runtime = cb.last_running_time if "last_running_time" in cb.present_keys else 0
+    options: dict[str, Any] = {"status": cb.status, "pid": cb.pid, "log_path": cb.log_path}
+    options["last_execution_time"] = started
+    if runtime is not None and runtime > 0:
+        options["last_running_time"] = runtime
+    return options, started
+
+
+def _open_instance(conn: sqlite3.Connection, cron_id: float, cb: StatusCallback, started: Any, stamp: str) -> None:
+    # pid || undefined and log_path || undefined: falsy values are left NULL.
+    with immediate(conn):
+        conn.execute(
+            "INSERT INTO RunningInstances (cron_id, pid, log_path, started_at, status, createdAt, updatedAt) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (cron_id, cb.pid or None, cb.log_path or None, started, int(InstanceStatus.RUNNING), stamp, stamp),
+        )
+
+
+def _close_instances(conn: sqlite3.Connection, cron_id: float, cb: StatusCallback, now_s: int, stamp: str) -> None:
+    if not cb.pid:  # where: {pid: pid || undefined} -> Sequelize throws before Crontabs
+        raise _ServiceError(UNDEFINED_PID)
+    failed = cb.exit_code is not None and cb.exit_code != 0
+    values: dict[str, Any] = {
+        "finished_at": now_s,
+        "status": int(InstanceStatus.ERROR if failed else InstanceStatus.FINISHED),
+    }
+    if cb.exit_code is not None:  # exit_code ?? undefined: an absent one is not written
+        values["exit_code"] = cb.exit_code
+    sets = ", ".join(f"{k} = ?" for k in values)
+    with immediate(conn):
+        conn.execute(
+            f"UPDATE RunningInstances SET {sets}, updatedAt = ? WHERE cron_id = ? AND pid = ? AND status = ?",
+            (*values.values(), stamp, cron_id, cb.pid, int(InstanceStatus.RUNNING)),
+        )
+
+
+class Legacy2xDouble:
+    """A 2.x test double: status/run/stop/record/health routes, echo for everything else."""
+
+    def __init__(
+        self,
+        data_dir: LegacyDataDir,
+        *,
+        panel_token: str | None = None,
+        clock: Callable[[], float] = time.time,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.data_dir = data_dir
+        self.panel_token = panel_token
+        self._clock = clock
+        self._authority = LegacyTokenAuthority(data_dir.keyv_path)
+        self._address = (host, port)
+        self._lock = threading.Lock()
+        self._requests: list[RecordedRequest] = []
+        self._failures: list[str] = []
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._routes: dict[tuple[str, str], Callable[[Any], _Reply]] = {}
+        for prefix in ("/api", "/open"):  # rewrite('/open/*', '/api/$1'): one handler each
+            self._routes[("PUT", f"{prefix}/crons/status")] = self._status
+            self._routes[("PUT", f"{prefix}/crons/run")] = self._run
+            self._routes[("PUT", f"{prefix}/crons/stop")] = self._stop
+            self._routes[("POST", f"{prefix}/dashboard/record")] = self._record
+
+    # --- lifecycle and test hooks --------------------------------------------------------
+
+    def start(self) -> Legacy2xDouble:
+        """Listen on a free 127.0.0.1 port in a background thread."""
+        server = ThreadingHTTPServer(self._address, _Handler)
+        server.daemon_threads = True
+        server.double = self  # type: ignore[attr-defined]
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="legacy-2x-double", kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and wait for the server thread."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = self._thread = None
+
+    def __enter__(self) -> Legacy2xDouble:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:54321``."""
+        if self._server is None:
+            raise RuntimeError("the double is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def clear_requests(self) -> None:
+        """Forget the recorded requests."""
+        with self._lock:
+            self._requests.clear()
+
+    def fail_next_status_calls(self, count: int, message: str = "SQLITE_BUSY: database is locked") -> None:
+        """Make the next ``count`` valid status calls answer 500 like a Sequelize error."""
+        with self._lock:
+            self._failures.extend([message] * count)
+
+    def simulate_run_single(self, cron_id: int, pid: int, log_path: str) -> bool:
+        """runSingle at dequeue: skip unless still queued, else running + pid + log_path."""
+        with closing(connect(self.data_dir.database_path)) as conn:
+            row = conn.execute("SELECT status FROM Crontabs WHERE id = ?", (cron_id,)).fetchone()
+            if row is None or row["status"] != CrontabStatus.QUEUED:
+                return False
+            with immediate(conn):
+                conn.execute(
+                    "UPDATE Crontabs SET status = ?, pid = ?, log_path = ?, updatedAt = ? WHERE id = ?",
+                    (int(CrontabStatus.RUNNING), pid, log_path, self._stamp(), cron_id),
+                )
+        return True
+
+    # --- request pipeline (legacy-2x.md 1.4) ---------------------------------------------
+
+    def _handle(self, request: RecordedRequest) -> _Reply:
+        with self._lock:
+            self._requests.append(request)
+        path, lower = request.path, request.path.lower()
+        if any(lower.startswith(p) and not path.startswith(p) for p in ("/api/", "/open/")):
+            return _json(400, {"code": 400, "message": "Invalid path format"})
+        if request.method == "GET" and path.rstrip("/") == "/api/health":
+            return _json(200, {"code": 200, "data": {"status": "ok"}})
+        if request.method == "GET" and path.startswith("/static/"):
+            return _Reply(200, static_asset(path[len("/static/") :]), "application/octet-stream")
+        # Express routes are case-insensitive and accept one trailing slash.
+        route = self._routes.get((request.method, (path[:-1] if path.endswith("/") else path).lower()))
+        if route is None:
+            return self._echo(request)
+        try:
+            media = (request.header("content-type") or "").split(";")[0].strip().lower()
+            payload = decode_json_body(request.body) if media == "application/json" else {}
+            denied = self._authenticate(request)
+            return denied or route(payload)
+        except LegacyCallbackParseError as error:
+            return _Reply(400, error.legacy_body)
+        except _ServiceError as error:
+            return _json(500, {"code": 500, "message": str(error)})
+
+    def _authenticate(self, request: RecordedRequest) -> _Reply | None:
+        authorization = request.header("authorization")
+        if request.path.startswith("/open/"):
+            try:
+                self._authority.check_open_request(
+                    request.path, authorization, self._clock(), user_agent=request.header("user-agent")
+                )
+            except LegacyAuthError as error:
+                return _Reply(401, error.legacy_body)
+            return None
+        # express-jwt (HS384) on /api/*: the double knows one valid panel JWT, not the secret.
+        parts = (authorization or "").split(" ")
+        if not authorization:
+            message = "No authorization token was found"
+        elif len(parts) != 2 or parts[0].lower() != "bearer":
+            message = "Format is Authorization: Bearer [token]"
+        elif parts[1] == self.panel_token:
+            return None
+        else:
+            message = "jwt malformed" if parts[1].count(".") != 2 else "invalid signature"
+        return _json(401, {"code": 401, "message": message})
+
+    def _echo(self, request: RecordedRequest) -> _Reply:
+        return _json(
+            200,
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": request.raw_query,
+                "headers": [list(h) for h in request.headers],
+                "body_b64": base64.b64encode(request.body).decode("ascii"),
+            },
+        )
+
+    def _stamp(self) -> str:
+        return format_updated_at(int(self._clock() * 1000))
+
+    # --- CronService (back/services/cron.ts) ---------------------------------------------
+
+    def _status(self, payload: Any) -> _Reply:
+        callback = validate_status_payload(payload)
+        with self._lock:
+            failure = self._failures.pop(0) if self._failures else None
+        if failure is not None:
+            return _json(500, {"code": 400, "message": failure, "errors": []})
+        if callback.ids is None:
+            raise _ServiceError("ids is not iterable")
+        with closing(connect(self.data_dir.database_path)) as conn:
+            self._apply_status(conn, callback)
+        return _json(200, {"code": 200})
+
+    def _apply_status(self, conn: sqlite3.Connection, cb: StatusCallback) -> None:
+        options, started = _status_options(cb)
+        log_path = cb.log_path if "log_path" in cb.present_keys else _UNDEFINED
+        now_s, stamp = int(self._clock()), self._stamp()
+        for cron_id in cb.ids or ():
+            cron = conn.execute("SELECT log_path FROM Crontabs WHERE id = ?", (cron_id,)).fetchone()
+            if cron is None:
+                continue  # unknown ids are skipped silently
+            if cb.status == CrontabStatus.IDLE and log_path != cron["log_path"]:
+                # The mismatch rule; `options` is reassigned and never restored for later ids.
+                options = {k: v for k, v in options.items() if k not in ("status", "log_path", "pid")}
+            if cb.status == CrontabStatus.RUNNING:
+                _open_instance(conn, cron_id, cb, started or now_s, stamp)
+            elif cb.status == CrontabStatus.IDLE:
+                _close_instances(conn, cron_id, cb, now_s, stamp)
+            fields = {k: v for k, v in options.items() if _kept(v)}
+            if fields:  # Sequelize skips an UPDATE that would only set updatedAt
+                with immediate(conn):
+                    assignments = ", ".join(f"`{k}` = ?" for k in fields)
+                    conn.execute(
+                        f"UPDATE Crontabs SET {assignments}, updatedAt = ? WHERE id = ?",
+                        (*fields.values(), stamp, cron_id),
+                    )
+
+    def _run(self, payload: Any) -> _Reply:
+        ids = validate_id_array(payload)
+        with closing(connect(self.data_dir.database_path)) as conn, immediate(conn):
+            conn.executemany(
+                "UPDATE Crontabs SET status = ?, updatedAt = ? WHERE id = ?",
+                [(int(CrontabStatus.QUEUED), self._stamp(), i) for i in ids],
+            )
+        return _json(200, {"code": 200})
+
+    def _stop(self, payload: Any) -> _Reply:
+        # The kill itself is not simulated; pid is left alone (`pid: undefined` is a no-op).
+        ids, now_s, stamp = validate_id_array(payload), int(self._clock()), self._stamp()
+        with closing(connect(self.data_dir.database_path)) as conn:
+            with immediate(conn):
+                conn.executemany(
+                    "UPDATE RunningInstances SET status = ?, finished_at = ?, "
+                    "updatedAt = ? WHERE cron_id = ? AND status = ?",
+                    [(int(InstanceStatus.STOPPED), now_s, stamp, i, int(InstanceStatus.RUNNING)) for i in ids],
+                )
+            with immediate(conn):
+                conn.executemany(
+                    "UPDATE Crontabs SET status = ?, updatedAt = ? WHERE id = ?",
+                    [(int(CrontabStatus.IDLE), stamp, i) for i in ids],
+                )
+        return _json(200, {"code": 200})
+
+    def _record(self, payload: Any) -> _Reply:
+        body = payload if isinstance(payload, dict) else {}
+        ref_id, code, elapsed = body.get("ref_id"), body.get("code"), body.get("elapsed")
+        if not ref_id:
+            return _json(200, {"code": 400, "message": "ref_id required"})
+        try:
+            elapsed_ms = float(elapsed or 0) * 1000
+        except (TypeError, ValueError):
+            return _json(200, {"code": 500})
+        ok = 1 if code == 0 and not isinstance(code, bool) else 0
+        day = datetime.fromtimestamp(self._clock(), self.data_dir.tz).strftime("%Y-%m-%d")
+        stamp = self._stamp()
+        with closing(connect(self.data_dir.database_path)) as conn, immediate(conn):
+            conn.execute(
+                "INSERT INTO CrontabStats (ref_id, date, run_count, success_count, fail_count, "
+                "total_time, max_time, createdAt, updatedAt) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (ref_id, date) DO UPDATE SET run_count = run_count + 1, "
+                "success_count = success_count + excluded.success_count, "
+                "fail_count = fail_count + excluded.fail_count, "
+                "total_time = total_time + excluded.total_time, "
+                "max_time = MAX(max_time, excluded.max_time), updatedAt = excluded.updatedAt",
+                (ref_id, day, ok, 1 - ok, elapsed_ms, elapsed_ms, stamp, stamp),
+            )
+        return _json(200, {"code": 200})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 10  # idle keep-alive connections end instead of pinning a thread
+
+    def _serve(self) -> None:
+        path, _, query = self.path.partition("?")
+        request = RecordedRequest(self.command, path, query, tuple(self.headers.items()), self._read_body())
+        reply = self.server.double._handle(request)  # type: ignore[attr-defined]
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(reply.body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
+        pass
