@@ -11,6 +11,8 @@
     ├── RetryNotAllowedError             RETRY_NOT_ALLOWED
     ├── LegacyCallbackParseError         INVALID_LEGACY_CALLBACK   (legacy_adapters)
     ├── LegacyTimeError                  INVALID_LEGACY_TIME       (legacy_adapters)
+    ├── LegacyDatabaseError              LEGACY_DATABASE           (legacy_adapters)
+    ├── LegacyAuthError                  LEGACY_UNAUTHORIZED       (legacy_adapters)
     └── StorageError                     STORAGE_ERROR
         ├── StoreBusyError               STORE_BUSY
         ├── StoreUnavailableError        STORE_UNAVAILABLE
