@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 from sqlalchemy import Engine
 
-from bridge.config import Settings
+from bridge.config import Settings, local_zone_name
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
-from bridge.service.ports import Clock, ServiceMetrics
+from bridge.service.ports import Clock, ModeSource, ServiceMetrics, StaticModes
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import refuse_legacy_database
@@ -65,8 +66,28 @@ class Container:
             self.store.close()
 
 
-def build_container(settings: Settings) -> Container:
+def build_container(settings: Settings, *, modes: ModeSource | None = None) -> Container:
+    """Everything `bridge serve` runs on. Raises BridgeError when 2.x's data directory is not usable."""
     metrics = BridgeMetrics()
     store = build_store(settings, metrics=metrics)
     container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store)
+    if settings.legacy_database_path is not None:
+        interceptor = build_interceptor(settings, store, metrics, modes or StaticModes(settings.shadow_origins))
+        container.interceptor = interceptor
+        container.closers.append(interceptor.close)
     return container
+
+
+def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource) -> Any:
+    from bridge.interception import ShadowInterceptor
+    from bridge.service.shadow import ShadowRecorder
+    from legacy_adapters.reader import LegacyReader, detect_scheduler_mode
+
+    assert settings.legacy_database_path is not None
+    reader = LegacyReader(settings.legacy_database_path)
+    reader.check_is_legacy_database()
+    scheduler = settings.legacy_scheduler if settings.legacy_scheduler != "auto" else detect_scheduler_mode()
+    return ShadowInterceptor(
+        ShadowRecorder(store.runs), reader, modes, metrics, SystemClock(),
+        budget_ms=settings.shadow_budget_ms, scheduler_mode=scheduler,
+        tz=ZoneInfo(settings.legacy_tz or local_zone_name()))

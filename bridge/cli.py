@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -100,3 +101,46 @@ def status() -> None:
     console.print(table)
     if not summary.up_to_date:
         sys.exit(1)
+
+
+@main.command()
+def serve() -> None:
+    """Run the bridge in front of 2.x under gunicorn (configuration: BRIDGE_* variables, see README)."""
+    from bridge.bootstrap import build_container
+    from bridge.storage.migrate import current_revision, head_revision
+    from bridge.web.server import serve as run_server
+    from legacy_adapters.reader import LegacyReader
+
+    settings = _settings()
+    store = _store(settings)
+    try:
+        revision, head = current_revision(store.engine), head_revision()
+        if settings.legacy_database_path is not None:
+            LegacyReader(settings.legacy_database_path).check_is_legacy_database()
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+    finally:
+        store.close()
+    if revision != head:
+        _fail(f"the bridge store is at revision {revision or 'empty'}, not {head}: run `bridge db upgrade` first")
+    click.echo(f"bridge: listening on {settings.listen_host}:{settings.listen_port}, forwarding to "
+               f"{settings.legacy_url}; shadow: {', '.join(sorted(settings.shadow_origins)) or 'off'}", err=True)
+    run_server(settings, build_container)
+
+
+@main.command()
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the demo writes (default: BRIDGE_DATA_DIR/demo, replaced on each run).")
+def demo(workdir: Path | None) -> None:
+    """Replay realistic 2.x traffic through a real bridge in front of the 2.x test double."""
+    from bridge.demo import run_demo
+
+    settings = _settings()
+    try:
+        run_demo(workdir or settings.data_dir / "demo", console)
+    except (BridgeError, RuntimeError, OSError) as exc:
+        _fail(f"demo failed: {exc}", code=1)
+
+
+if __name__ == "__main__":
+    main()

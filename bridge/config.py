@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bridge.domain.model import Origin
 
@@ -35,6 +36,7 @@ class Settings:
     workers: int = 1
     threads: int = 16
     legacy_tz: str | None = None
+    legacy_scheduler: str = "auto"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -47,6 +49,9 @@ class Settings:
             url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
         host, port = _listen(env.get("BRIDGE_LISTEN") or "127.0.0.1:5701")
         legacy_dir = env.get("BRIDGE_LEGACY_DATA_DIR")
+        if env.get("BRIDGE_SHADOW_ORIGINS", "").strip() and not legacy_dir:
+            raise ConfigError("BRIDGE_LEGACY_DATA_DIR", "is required when BRIDGE_SHADOW_ORIGINS names an origin "
+                              "(the bridge reads 2.x's Crontabs to tell where an execution came from)")
         schema = env.get("BRIDGE_DATABASE_SCHEMA") or None
         if schema is not None and not schema.replace("_", "").isalnum():
             raise ConfigError("BRIDGE_DATABASE_SCHEMA", "must be letters, digits and underscores")
@@ -65,7 +70,8 @@ class Settings:
             payload_cap_bytes=_int(env, "BRIDGE_PAYLOAD_CAP_BYTES", 2048, low=256, high=65_536),
             workers=_int(env, "BRIDGE_WORKERS", 1, low=1, high=32),
             threads=_int(env, "BRIDGE_THREADS", 16, low=1, high=256),
-            legacy_tz=env.get("BRIDGE_LEGACY_TZ") or None,
+            legacy_tz=_zone(env.get("BRIDGE_LEGACY_TZ") or None),
+            legacy_scheduler=_choice(env, "BRIDGE_LEGACY_SCHEDULER", "auto", ("auto", "system", "node")),
         )
 
     @property
@@ -110,3 +116,39 @@ def _origins(raw: str) -> frozenset[str]:
         raise ConfigError("BRIDGE_SHADOW_ORIGINS", f"unknown origin(s) {', '.join(unknown)}; known: "
                           + ", ".join(o.value for o in Origin))
     return frozenset(names)
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = env.get(name) or default
+    if value not in allowed:
+        raise ConfigError(name, f"must be one of {', '.join(allowed)}, got {value[:20]!r}")
+    return value
+
+
+def _zone(name: str | None) -> str | None:
+    if name is None:
+        return None
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError("BRIDGE_LEGACY_TZ", f"unknown time zone {name[:40]!r}") from None
+    return name
+
+
+def local_zone_name() -> str:
+    """The host's IANA zone (2.x's schedules and log names use local time), or UTC when it cannot be told."""
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    timezone_file = Path("/etc/timezone")
+    if timezone_file.exists():
+        candidates.append(timezone_file.read_text().strip())
+    localtime = Path("/etc/localtime")
+    if localtime.is_symlink():
+        candidates.append(str(localtime.resolve()).partition("zoneinfo/")[2])
+    for name in candidates:
+        try:
+            if name:
+                ZoneInfo(name)
+                return name
+        except (ZoneInfoNotFoundError, ValueError):
+            continue
+    return "UTC"

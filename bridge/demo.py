@@ -1,0 +1,207 @@
+"""`bridge demo`: the whole path on one machine, for a newcomer without a 2.x install.
+
+It lays out a 2.x-shaped data directory, starts the 2.x test double and a real `bridge serve` process
+on free loopback ports, replays the callbacks a real task shell sends (byte for byte), then shows what
+the shadow store recorded. It stops everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+from sqlalchemy import func, select
+
+from bridge.domain.model import Origin
+from bridge.storage.engine import make_engine
+from bridge.storage.migrate import upgrade
+from bridge.storage.schema import mismatches_table, run_events_table, runs_table
+from legacy_adapters.callbacks import render_status_body
+from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from legacy_adapters.testing.double import Legacy2xDouble
+
+CURL_HEADERS = {"Content-Type": "application/json;charset=UTF-8", "User-Agent": "curl/8.5.0",
+                "Accept": "*/*", "Accept-Encoding": "deflate, gzip, br, zstd"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Crons:
+    hourly: int
+    seconds: int
+    manual: int
+    adhoc: int
+    update: int
+
+
+def lay_out(root: Path) -> tuple[LegacyDataDir, Crons]:
+    data = create_legacy_data_dir(root)
+    crons = Crons(
+        hourly=data.add_cron("hourly report", "task report.sh", "0 * * * *"),
+        seconds=data.add_cron("ticker", "task tick.js", "*/5 * * * * *"),
+        manual=data.add_cron("backup", "task backup.py", "0 0 1 1 *"),
+        adhoc=data.add_cron("sync", "task sync.js", "15 4 * * *"),
+        update=data.add_cron("update", "ql update", "30 * * * *"),
+    )
+    return data, crons
+
+
+@contextmanager
+def bridge_process(env: dict[str, str], url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`bridge serve` as a child process, up when /healthz answers; always stopped afterwards."""
+    proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError("bridge serve exited: " + (proc.stderr.read() if proc.stderr else b"")
+                                   .decode(errors="replace")[-400:])
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code in (200, 503):
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("bridge serve did not start within 30 s")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+class Shell:
+    """Sends what shell/api.sh update_cron sends, through the bridge."""
+
+    def __init__(self, client: httpx.Client, token: str) -> None:
+        self._client = client
+        self._token = token
+
+    def status(self, cron_id: int, status: int, pid: int | str, log_path: str, begin_s: int,
+               running_s: int = 0, exit_code: int | None = None) -> int:
+        body = render_status_body(cron_id, status, pid, log_path, begin_s, running_s, exit_code)
+        return self.raw(body)
+
+    def raw(self, body: bytes) -> int:
+        headers = {**CURL_HEADERS, "Authorization": f"Bearer {self._token}"}
+        reply = self._client.put(f"/open/crons/status?t={int(time.time())}", content=body, headers=headers)
+        return reply.status_code
+
+
+def scenarios(shell: Shell, double: Legacy2xDouble, crons: Crons, now_s: int) -> list[tuple[str, Callable[[], None]]]:
+    hour = now_s - now_s % 3600
+    tick = now_s - now_s % 5
+    log = "report_{}/2026-12-02-{}.log".format
+
+    def manual() -> None:
+        shell._client.put("/open/crons/run", content=f"[{crons.manual}]".encode(),
+                          headers={**CURL_HEADERS, "Authorization": f"Bearer {shell._token}"})
+        double.simulate_run_single(crons.manual, 4242, "backup_3/manual.log")
+        shell.status(crons.manual, 0, 4242, "backup_3/manual.log", now_s)
+        shell.status(crons.manual, 1, 4242, "backup_3/manual.log", now_s, 4, 0)
+
+    return [
+        ("a scheduled run that succeeds", lambda: (
+            shell.status(crons.hourly, 0, 1001, log(1, "a"), hour - 7199),
+            shell.status(crons.hourly, 1, 1001, log(1, "a"), hour - 7199, 12, 0))),
+        ("a scheduled run that fails (exit 3)", lambda: (
+            shell.status(crons.hourly, 0, 1002, log(1, "b"), hour - 3599),
+            shell.status(crons.hourly, 1, 1002, log(1, "b"), hour - 3599, 3, 3))),
+        ("a run that never sends its end callback", lambda: shell.status(crons.hourly, 0, 1003, log(1, "c"), hour + 1)),
+        ("duplicate start and end callbacks", lambda: [shell.status(crons.seconds, s, 2001, "tick/x.log", tick - 60,
+                                                                    s * 2, 0 if s else None) for s in (0, 0, 1, 1)]),
+        ("a late end callback for a finished run", lambda: shell.status(crons.seconds, 1, 2001, "tick/x.log",
+                                                                        tick - 60, 2, 1)),
+        ("two concurrent runs of one cron", lambda: (
+            shell.status(crons.seconds, 0, 2002, "tick/y.log", tick - 30),
+            shell.status(crons.seconds, 0, 2003, "tick/z.log", tick - 25),
+            shell.status(crons.seconds, 1, 2003, "tick/z.log", tick - 25, 1, 0),
+            shell.status(crons.seconds, 1, 2002, "tick/y.log", tick - 30, 7, 0))),
+        ("a manual run from the panel", manual),
+        ("an ad-hoc `task` run reporting under a cron id", lambda: (
+            shell.status(crons.adhoc, 0, 5001, "sync/adhoc.log", now_s - 17),
+            shell.status(crons.adhoc, 1, 5001, "sync/adhoc.log", now_s - 17, 2, 0))),
+        ("an update.sh run (no exit code)", lambda: (
+            shell.status(crons.update, 0, 6001, "update/2026-12-02-03-30-00.log", hour - 3600 * 2 + 1800 + 1),
+            shell.status(crons.update, 1, 6001, "update/2026-12-02-03-30-00.log", hour - 3600 * 2 + 1800 + 1, 0))),
+        ("a callback 2.x rejects (numeric status)", lambda: shell.raw(
+            b'{"ids":["1"],"status":0,"pid":"7","log_path":"x.log","last_execution_time":1,"last_running_time":0}')),
+        ("a callback for a cron 2.x does not know", lambda: shell.status(999, 0, 7001, "ghost.log", now_s)),
+    ]
+
+
+def summary(database_url: str) -> tuple[Table, dict[str, int], int]:
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            origin = runs_table.c.origin
+            rows = conn.execute(select(origin, runs_table.c.status, func.count()).group_by(origin, runs_table.c.status))
+            counts: dict[str, dict[str, int]] = {}
+            for name, status, count in rows:
+                counts.setdefault(name or "unknown", {})[status] = count
+            events = dict(conn.execute(select(run_events_table.c.type, func.count())
+                                       .group_by(run_events_table.c.type)).all())
+            mismatches = conn.execute(select(func.count()).select_from(mismatches_table)).scalar_one()
+    finally:
+        engine.dispose()
+    table = Table("origin", "runs", "by status", title="What the shadow store recorded")
+    for name in sorted(counts):
+        by_status = counts[name]
+        table.add_row(name, str(sum(by_status.values())), ", ".join(f"{s} {n}" for s, n in sorted(by_status.items())))
+    return table, events, mismatches
+
+
+def run_demo(workdir: Path, console: Console) -> None:
+    if workdir.exists():
+        import shutil
+        shutil.rmtree(workdir)
+    data, crons = lay_out(workdir / "ql-data")
+    database_url = f"sqlite:///{(workdir / 'bridge.sqlite').resolve()}"
+    engine = make_engine(database_url)
+    upgrade(engine)
+    engine.dispose()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with Legacy2xDouble(data).start() as double:
+        env = {**os.environ, "BRIDGE_LISTEN": f"127.0.0.1:{port}", "BRIDGE_LEGACY_URL": double.url,
+               "BRIDGE_LEGACY_DATA_DIR": str(data.root), "BRIDGE_DATABASE_URL": database_url,
+               "BRIDGE_SHADOW_ORIGINS": ",".join(o.value for o in Origin), "BRIDGE_LEGACY_TZ": "UTC",
+               "BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_SHADOW_BUDGET_MS": "500"}
+        console.print(f"2.x double on {double.url}; bridge on {url}; 2.x data in {data.root}")
+        with bridge_process(env, url), httpx.Client(base_url=url, timeout=10) as client:
+            shell = Shell(client, data.system_token)
+            steps = scenarios(shell, double, crons, int(time.time()))
+            with Progress(console=console, transient=False) as progress:
+                task = progress.add_task("replaying task-shell traffic", total=len(steps))
+                for label, step in steps:
+                    progress.update(task, description=label)
+                    step()
+                    progress.advance(task)
+            metrics = client.get("/metrics").text
+    table, events, mismatches = summary(database_url)
+    console.print(table)
+    console.print(f"{sum(events.values())} events; {events.get('attempt.late_callback_ignored', 0)} late callbacks "
+                  f"ignored; {mismatches} unplaced callbacks kept as mismatch rows.")
+    failed = [line for line in metrics.splitlines() if line.startswith("shadow_write_failed_total{")]
+    console.print(f"shadow write failures: {len(failed) and sum(float(x.rsplit(' ', 1)[1]) for x in failed):g}")
+    console.print("Look next: " f"BRIDGE_DATABASE_URL={database_url} bridge status · "
+                  "the run/attempt/event rows in that file · `bridge serve` in front of your own 2.x (README).")

@@ -1,0 +1,189 @@
+"""ShadowInterceptor: watches the status callbacks on their way to 2.x and records them, fail-open.
+
+Before forwarding it parses the body with 2.x's own rules and, for a start callback, reads the cron's
+Crontabs row (2.x overwrites it on receipt, and it is the evidence of a panel run). After 2.x answered
+2xx it hands the write to a per-cron lane and waits at most the shadow budget: an overrun or failure is
+counted and logged, and 2.x's answer goes back unchanged either way. Logs carry error codes only —
+never bodies, tokens, commands or paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+from bridge.domain.errors import BridgeError
+from bridge.domain.model import Mode
+from bridge.metrics import BridgeMetrics
+from bridge.service.ports import Clock, ModeSource, TaskSnapshot
+from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder, ShadowResult
+from legacy_adapters.callbacks import StatusCallback, log_path_digest, parse_status_body
+from legacy_adapters.errors import LegacyCallbackParseError
+from legacy_adapters.identity import task_id, task_revision
+from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer_start_origin
+from legacy_adapters.reader import LegacyCron, LegacyReader
+from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
+
+log = logging.getLogger("bridge.shadow")
+STATUS_PATHS = frozenset({"/open/crons/status", "/api/crons/status"})
+MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
+
+
+@dataclass(frozen=True)
+class PreparedCallback:
+    callback: StatusCallback
+    cron_ids: tuple[int, ...]
+    received_at_ms: int
+    crons_before: dict[int, LegacyCron | None] = field(default_factory=dict)
+
+
+class ShadowInterceptor:
+    def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, modes: ModeSource, metrics: BridgeMetrics,
+                 clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4) -> None:
+        self._recorder = recorder
+        self._reader = reader
+        self._modes = modes
+        self._metrics = metrics
+        self._clock = clock
+        self._budget_s = budget_ms / 1000
+        self._scheduler_mode = scheduler_mode
+        self._tz = tz
+        # One single-thread lane per cron bucket keeps each cron's callbacks in arrival order.
+        self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"shadow-{i}") for i in range(lanes)]
+        self._pending = threading.BoundedSemaphore(256)
+
+    def before_forward(self, path: str, body: bytes) -> PreparedCallback | None:
+        if path not in STATUS_PATHS or not self._modes.any_enabled():
+            return None
+        received = self._clock.now_ms()
+        try:
+            callback = parse_status_body(body)
+        except LegacyCallbackParseError:
+            return None  # 2.x rejects it too; a rejected call never creates facts
+        if callback.status not in (0, 1) or not callback.ids:
+            return None
+        ids = tuple(int(i) for i in callback.ids[:MAX_IDS] if float(i).is_integer() and i > 0)
+        before = {cron_id: self._read_cron(cron_id) for cron_id in ids} if callback.is_start else {}
+        return PreparedCallback(callback, ids, received, before)
+
+    def after_forward(self, prepared: object, upstream_status: int) -> None:
+        if not isinstance(prepared, PreparedCallback) or not 200 <= upstream_status < 300 or not prepared.cron_ids:
+            return
+        if not self._pending.acquire(blocking=False):
+            self._metrics.shadow_write_failed(None, "overload")
+            return
+        lane = self._lanes[prepared.cron_ids[0] % len(self._lanes)]
+        future: Future[None] = lane.submit(self._record, prepared)
+        future.add_done_callback(lambda _f: self._pending.release())
+        try:
+            future.result(timeout=self._budget_s)
+        except FutureTimeout:
+            # The write goes on in its lane; the shell is answered now.
+            self._metrics.shadow_write_failed(None, "timeout")
+            log.warning("shadow write overran its %d ms budget", int(self._budget_s * 1000))
+
+    def close(self) -> None:
+        for lane in self._lanes:
+            lane.shutdown(wait=True)
+
+    # -- inside a lane ----------------------------------------------------------------------------
+
+    def _record(self, prepared: PreparedCallback) -> None:
+        for cron_id in prepared.cron_ids:
+            started = time.perf_counter()
+            origin = None
+            try:
+                result = self._record_one(prepared, cron_id)
+                origin = result.origin if result else None
+                if result is not None:
+                    self._count(result)
+            except BridgeError as exc:
+                self._metrics.shadow_write_failed(origin, _error_label(exc))
+                log.warning("shadow write failed: %s", exc.code)
+            except Exception as exc:  # noqa: BLE001 - fail-open: nothing may reach the shell
+                self._metrics.shadow_write_failed(origin, "internal")
+                log.error("shadow write failed: %s", type(exc).__name__)
+            finally:
+                self._metrics.shadow_write_seconds.observe(time.perf_counter() - started)
+
+    def _record_one(self, prepared: PreparedCallback, cron_id: int) -> ShadowResult | None:
+        callback = prepared.callback
+        facts = _facts(callback, cron_id, prepared.received_at_ms)
+        if callback.is_start:
+            cron = prepared.crons_before.get(cron_id)
+            if cron is None:  # 2.x does not know this id: it changed nothing, neither do we
+                self._metrics.callback_unmatched(None, "unmatched")
+                return None
+            begin_s = _begin_seconds(callback)
+            decision = infer_start_origin(cron, callback.pid, callback.log_path, begin_s, self._scheduler_mode,
+                                          self._tz)
+            context = self._context(cron, decision)
+            self._metrics.callback_seen("start", self._modes.mode_for(decision.origin).value)
+            return self._recorder.record_start(facts, context) if context else None
+        return self._recorder.record_end(facts, lambda: self._context_for_finish_only(cron_id, callback))
+
+    def _context_for_finish_only(self, cron_id: int, callback: StatusCallback) -> ExecutionContext | None:
+        cron = self._read_cron(cron_id)
+        if cron is None:
+            self._metrics.callback_unmatched(None, "unmatched")
+            return None
+        decision = infer_scheduled_origin(cron, _begin_seconds(callback), self._scheduler_mode, self._tz)
+        return self._context(cron, decision)
+
+    def _context(self, cron: LegacyCron, decision: OriginDecision) -> ExecutionContext | None:
+        """The context a new Run is accepted with, or None when its origin is not in shadow mode."""
+        if self._modes.mode_for(decision.origin) is not Mode.SHADOW:
+            return None
+        revision = task_revision(cron)
+        snapshot = TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id,
+                                name=cron.name, command=cron.command, schedule=cron.schedule,
+                                work_dir=cron.work_dir, log_name=cron.log_name, created_at_ms=self._clock.now_ms())
+        return ExecutionContext(decision.origin, decision.evidence, revision, snapshot)
+
+    def _read_cron(self, cron_id: int) -> LegacyCron | None:
+        try:
+            return self._reader.get_cron(cron_id)
+        except (BridgeError, sqlite3.Error) as exc:
+            code = getattr(exc, "code", type(exc).__name__)
+            log.warning("could not read 2.x's Crontabs row: %s", code)
+            return None
+
+    def _count(self, result: ShadowResult) -> None:
+        if result.outcome in (Outcome.STARTED, Outcome.BACKFILLED):
+            self._metrics.shadow_run_created(result.origin)
+        elif result.outcome in (Outcome.AMBIGUOUS, Outcome.UNMATCHED):
+            self._metrics.callback_unmatched(result.origin, "ambiguous" if result.outcome is Outcome.AMBIGUOUS
+                                             else "unmatched")
+        elif result.outcome is Outcome.LATE_IGNORED:
+            self._metrics.late_callback("late")
+
+
+def _begin_seconds(callback: StatusCallback) -> int | None:
+    value = callback.last_execution_time
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int) -> CallbackFacts:
+    """Seconds become milliseconds here, through the one conversion module, never by hand."""
+    started = (epoch_seconds_to_ms(callback.last_execution_time, field="last_execution_time")
+               if callback.last_execution_time is not None else None)
+    duration = None
+    if callback.is_end and callback.last_running_time is not None:
+        duration = duration_seconds_to_ms(callback.last_running_time, field="last_running_time")
+    exit_code = int(callback.exit_code) if callback.exit_code is not None else None
+    return CallbackFacts(cron_id=cron_id, pid=callback.pid, log_ref=log_path_digest(callback.log_path),
+                         started_at_ms=started, duration_ms=duration, exit_code=exit_code,
+                         received_at_ms=received_at_ms)
+
+
+def _error_label(exc: BridgeError) -> str:
+    return {"STORE_BUSY": "store_busy", "STORE_UNAVAILABLE": "store_unavailable",
+            "RUN_VERSION_CONFLICT": "conflict", "ATTEMPT_CONFLICT": "conflict",
+            "INVALID_LEGACY_TIME": "invalid", "PAYLOAD_INVALID": "invalid",
+            "INVALID_RUN_TRANSITION": "invalid", "INVALID_ATTEMPT_TRANSITION": "invalid"}.get(exc.code, "internal")

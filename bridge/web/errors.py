@@ -1,0 +1,87 @@
+"""Error → HTTP for the bridge's own endpoints: one status table keyed by ``BridgeError.code``, one JSON shape.
+
+Proxied 2.x traffic never reaches these handlers with a 2.x error: 2.x's own answer is relayed as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException
+
+from bridge.domain.errors import BridgeError
+
+log = logging.getLogger("bridge.web")
+
+# Keyed by code, not class, so the web layer needs no import of legacy_adapters or storage internals.
+ERROR_STATUS: Mapping[str, int] = MappingProxyType({
+    "RUN_NOT_FOUND": 404,
+    "RUN_VERSION_CONFLICT": 409,
+    "INVALID_RUN_TRANSITION": 409,
+    "INVALID_ATTEMPT_TRANSITION": 409,
+    "ATTEMPT_CONFLICT": 409,
+    "IDEMPOTENCY_KEY_CONFLICT": 409,
+    "PAYLOAD_INVALID": 422,
+    "RETRY_NOT_ALLOWED": 409,
+    "INVALID_LEGACY_CALLBACK": 400,
+    "INVALID_LEGACY_TIME": 400,
+    "LEGACY_UNAUTHORIZED": 401,
+    "LEGACY_DATABASE": 503,
+    "STORE_BUSY": 503,  # transient: the caller may retry
+    "STORE_UNAVAILABLE": 503,
+    "SCHEMA_MISMATCH": 503,  # the store needs `bridge db upgrade`; nothing the caller did wrong
+    "STORAGE_ERROR": 500,
+    "BRIDGE_ERROR": 500,
+})
+INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+def status_for(error: type[BridgeError]) -> int:
+    """The HTTP status of an error class: its own code's, else the nearest mapped ancestor's."""
+    for cls in error.__mro__:
+        code = cls.__dict__.get("code")
+        if code in ERROR_STATUS:
+            return ERROR_STATUS[code]
+    return 500
+
+
+def error_response(status: int, code: str, message: str, details: Mapping[str, Any] | None = None) -> Response:
+    """``{"error": {"code", "message", "details"}}``; details that JSON cannot hold are shown as text."""
+    payload = {"error": {"code": code, "message": message, "details": dict(details or {})}}
+    body = json.dumps(payload, ensure_ascii=False, default=str)
+    return Response(body, status=status, content_type="application/json")
+
+
+def handle_bridge_error(exc: BridgeError) -> Response:
+    return error_response(status_for(type(exc)), exc.code, exc.message, exc.details)
+
+
+def handle_http_exception(exc: HTTPException) -> Response | HTTPException:
+    if exc.code is None or exc.code < 400:
+        return exc  # a redirect or similar is an answer, not an error
+    response = exc.get_response()  # keeps headers such as Allow on a 405
+    rendered = error_response(exc.code, _code_name(exc), exc.description or exc.name)
+    response.set_data(rendered.get_data())
+    response.content_type = rendered.content_type
+    return response
+
+
+def handle_unexpected(exc: Exception) -> Response:
+    log.error("unhandled %s", type(exc).__name__, exc_info=exc)
+    return error_response(500, INTERNAL_ERROR, "internal error")
+
+
+def register_error_handlers(app: Flask) -> None:
+    # Flask picks the most specific handler by MRO, so HTTPException and BridgeError win over Exception.
+    app.register_error_handler(BridgeError, handle_bridge_error)
+    app.register_error_handler(HTTPException, handle_http_exception)
+    app.register_error_handler(Exception, handle_unexpected)
+
+
+def _code_name(exc: HTTPException) -> str:
+    return exc.name.upper().replace(" ", "_").replace("-", "_").replace("'", "")
