@@ -23,7 +23,13 @@ from bridge.domain.model import Mode
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import Clock, ModeSource, TaskSnapshot
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder, ShadowResult
-from legacy_adapters.callbacks import StatusCallback, log_path_digest, parse_status_body
+from legacy_adapters.callbacks import (
+    StatusCallback,
+    decode_json_body,
+    log_path_digest,
+    parse_status_body,
+    validate_id_array,
+)
 from legacy_adapters.errors import LegacyCallbackParseError
 from legacy_adapters.identity import task_id, task_revision
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer_start_origin
@@ -32,7 +38,14 @@ from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.shadow")
 STATUS_PATHS = frozenset({"/open/crons/status", "/api/crons/status"})
+STOP_PATHS = frozenset({"/open/crons/stop", "/api/crons/stop"})
 MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
+
+
+@dataclass(frozen=True)
+class PreparedStop:
+    cron_ids: tuple[int, ...]
+    received_at_ms: int
 
 
 @dataclass(frozen=True)
@@ -58,10 +71,14 @@ class ShadowInterceptor:
         self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"shadow-{i}") for i in range(lanes)]
         self._pending = threading.BoundedSemaphore(256)
 
-    def before_forward(self, path: str, body: bytes) -> PreparedCallback | None:
-        if path not in STATUS_PATHS or not self._modes.any_enabled():
+    def before_forward(self, path: str, body: bytes) -> PreparedCallback | PreparedStop | None:
+        if not self._modes.any_enabled():
             return None
         received = self._clock.now_ms()
+        if path in STOP_PATHS:
+            return _prepare_stop(body, received)
+        if path not in STATUS_PATHS:
+            return None
         try:
             callback = parse_status_body(body)
         except LegacyCallbackParseError:
@@ -73,7 +90,9 @@ class ShadowInterceptor:
         return PreparedCallback(callback, ids, received, before)
 
     def after_forward(self, prepared: object, upstream_status: int) -> None:
-        if not isinstance(prepared, PreparedCallback) or not 200 <= upstream_status < 300 or not prepared.cron_ids:
+        if not isinstance(prepared, (PreparedCallback, PreparedStop)) or not 200 <= upstream_status < 300:
+            return
+        if not prepared.cron_ids:
             return
         if not self._pending.acquire(blocking=False):
             self._metrics.shadow_write_failed(None, "overload")
@@ -94,7 +113,7 @@ class ShadowInterceptor:
 
     # -- inside a lane ----------------------------------------------------------------------------
 
-    def _record(self, prepared: PreparedCallback) -> None:
+    def _record(self, prepared: PreparedCallback | PreparedStop) -> None:
         for cron_id in prepared.cron_ids:
             started = time.perf_counter()
             origin = None
@@ -112,7 +131,10 @@ class ShadowInterceptor:
             finally:
                 self._metrics.shadow_write_seconds.observe(time.perf_counter() - started)
 
-    def _record_one(self, prepared: PreparedCallback, cron_id: int) -> ShadowResult | None:
+    def _record_one(self, prepared: PreparedCallback | PreparedStop, cron_id: int) -> ShadowResult | None:
+        if isinstance(prepared, PreparedStop):
+            self._recorder.record_stop(cron_id, prepared.received_at_ms)
+            return None
         callback = prepared.callback
         facts = _facts(callback, cron_id, prepared.received_at_ms)
         if callback.is_start:
@@ -162,6 +184,15 @@ class ShadowInterceptor:
                                              else "unmatched")
         elif result.outcome is Outcome.LATE_IGNORED:
             self._metrics.late_callback("late")
+
+
+def _prepare_stop(body: bytes, received_at_ms: int) -> PreparedStop | None:
+    """`PUT /crons/stop` takes a JSON array of ids; anything 2.x would refuse is left to 2.x."""
+    try:
+        ids = validate_id_array(decode_json_body(body))
+    except LegacyCallbackParseError:
+        return None
+    return PreparedStop(tuple(int(i) for i in ids[:MAX_IDS] if float(i).is_integer() and i > 0), received_at_ms)
 
 
 def _begin_seconds(callback: StatusCallback) -> int | None:

@@ -138,7 +138,8 @@ class RunChange:
         if pending is None:
             self._attempts[attempt.id] = AttemptWrite(moved, current.status, current.callback_sequence)
         else:
-            self._attempts[attempt.id] = AttemptWrite(moved, pending.expected_status, pending.expected_callback_sequence)
+            self._attempts[attempt.id] = AttemptWrite(moved, pending.expected_status,
+                                                      pending.expected_callback_sequence)
         self.append(EventType.for_attempt_status(to),
                     {"from": current.status.value, "to": to.value, **(payload or {})}, attempt_id=attempt.id)
         return moved

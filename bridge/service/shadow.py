@@ -71,6 +71,7 @@ class Outcome(StrEnum):
     LATE_IGNORED = "late_ignored"
     AMBIGUOUS = "ambiguous"
     UNMATCHED = "unmatched"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,18 @@ class ShadowRecorder:
             return ShadowResult(Outcome.BACKFILLED, closed.run_id, ctx.origin)
 
         return self._once(work, facts)
+
+    def record_stop(self, cron_id: int, received_at_ms: int) -> list[ShadowResult]:
+        """2.x's stop killed the cron's processes and closed its instances: cancel its active shadow Runs."""
+        def work(tx: RunTransaction) -> list[ShadowResult]:
+            results = []
+            for candidate in tx.store.active_candidates(cron_id, CANDIDATE_LIMIT):
+                if candidate.run.owner != Owner.LEGACY.value:
+                    continue
+                results.append(_cancel(tx, candidate, f"legacy-stop:{received_at_ms}"))
+            return results
+
+        return self._runs.transaction(work)
 
     def _once(self, work: Callable[[RunTransaction], ShadowResult], facts: CallbackFacts) -> ShadowResult:
         try:
@@ -188,6 +201,22 @@ def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts)
                     duration_ms=facts.duration_ms, finished_at_ms=facts.received_at_ms, **error)
     tx.commit(change)
     return ShadowResult(Outcome.CLOSED, run.id, run.origin)
+
+
+def _cancel(tx: RunTransaction, candidate: ActiveCandidate, dedupe_key: str) -> ShadowResult:
+    """Durable cancel first (ADR-0001 13.4), then the outcome 2.x already observed: stopped."""
+    run, attempt = candidate.run, candidate.attempt
+    change = tx.begin(run, actor=SHELL, dedupe_key=dedupe_key)
+    reason = {"cancel_reason": "legacy_stop"}
+    if run.cancel_requested_at_ms is None:
+        change.set_run_fields(cancel_requested_at_ms=tx.at_ms, cancel_reason="legacy_stop")
+        change.append(EventType.RUN_CANCEL_REQUESTED, reason)
+    error = {"error_code": ErrorCode.CANCELLED_BY_USER.value}
+    if attempt is not None and not attempt.is_terminal:
+        change.move_attempt(attempt, AttemptStatus.CANCELLED, payload=reason, **error)
+    change.move_run(RunStatus.CANCELLED, payload=reason, **error)
+    tx.commit(change)
+    return ShadowResult(Outcome.CANCELLED, run.id, run.origin)
 
 
 def _bring_attempt_to_running(change: RunChange, attempt: RunAttempt) -> RunAttempt:

@@ -34,7 +34,8 @@ def summarize(engine: Engine) -> StoreSummary:
         if revision is None or "runs" not in inspect(engine).get_table_names():
             return StoreSummary(engine.dialect.name, revision, head)
         with engine.connect() as conn:
-            by_status = dict(conn.execute(select(runs_table.c.status, func.count()).group_by(runs_table.c.status)).all())
+            status = runs_table.c.status
+            by_status = dict(conn.execute(select(status, func.count()).group_by(status)).all())
             origin = func.coalesce(runs_table.c.origin, "unknown")
             by_origin = dict(conn.execute(select(origin, func.count()).group_by(origin)).all())
             events = conn.execute(select(func.count()).select_from(run_events_table)).scalar_one()

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("bridge.proxy")
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-# Exact and case-sensitive: 2.x answers mixed-case /api/ and /open/ paths with its own 400.
-CALLBACK_PATHS = frozenset({b"/open/crons/status", b"/api/crons/status"})
+# Exact and case-sensitive: 2.x answers mixed-case /api/ and /open/ paths with its own 400. The stop
+# routes are watched too: a stop 2.x accepted cancels the matching shadow Runs.
+CALLBACK_PATHS = frozenset({b"/open/crons/status", b"/api/crons/status", b"/open/crons/stop", b"/api/crons/stop"})
 # RFC 9110 7.6.1 hop-by-hop fields, plus the pre-standard ones still seen in the wild.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
                         "te", "trailer", "trailers", "transfer-encoding", "upgrade", "http2-settings"})

@@ -122,3 +122,19 @@ def test_an_end_after_a_cancel_request_converges_to_cancelled(recorder: ShadowRe
     service.request_cancel(RequestCancel(run_id, ACTOR))
     recorder.record_end(end(exit_code=0), lambda: CTX)
     assert service.get_run(run_id).status is RunStatus.CANCELLED
+
+
+def test_a_2x_stop_cancels_the_active_runs_and_the_killed_shells_end_is_late(recorder: ShadowRecorder,
+                                                                            service: RunService) -> None:
+    a = recorder.record_start(facts(pid=100, log="a"), CTX).run_id
+    b = recorder.record_start(facts(pid=200, log="b", begin_ms=BEGIN_MS + 1000), CTX).run_id
+    results = recorder.record_stop(1, BEGIN_MS + 5000)
+    assert {r.run_id for r in results} == {a, b} and {r.outcome for r in results} == {Outcome.CANCELLED}
+    run = service.get_run(a)
+    assert run.status is RunStatus.CANCELLED and run.cancel_requested_at_ms is not None
+    assert service.get_attempts(a)[0].status is AttemptStatus.CANCELLED
+    assert types(service, a)[-3:] == ["run.cancel_requested", "attempt.cancelled", "run.cancelled"]
+    # The trap in the killed shell still sends its end callback (exit code >= 1): it changes nothing.
+    assert recorder.record_end(end(pid=100, log="a", exit_code=143), lambda: CTX).outcome is Outcome.LATE_IGNORED
+    assert service.get_run(a).status is RunStatus.CANCELLED
+    assert recorder.record_stop(1, BEGIN_MS + 6000) == []

@@ -218,3 +218,17 @@ def test_unplaced_callbacks_are_kept_as_mismatch_rows(live: LiveBridge) -> None:
     engine.dispose()
     assert kinds == ["compat.ambiguous_callback"]
     assert [r["status"] for r in runs_of(live, cron)] == ["running", "running"]
+
+
+def test_a_stop_through_the_bridge_cancels_the_shadow_run(live: LiveBridge) -> None:
+    cron = new_cron(live)
+    put_status(live, render_status_body(cron, 0, 51, "job/s.log", HOUR + 1))
+    with httpx.Client(base_url=live.url, timeout=10) as client:
+        stop = client.put("/open/crons/stop", content=f'["{cron}"]'.encode(),
+                          headers={**CURL, "Authorization": f"Bearer {live.data.system_token}"})
+    assert stop.content == b'{"code":200}'
+    put_status(live, render_status_body(cron, 1, 51, "job/s.log", HOUR + 1, 4, 1))  # the trap's end callback
+    (run,) = runs_of(live, cron)
+    assert run["status"] == "cancelled" and run["attempts"][0]["status"] == "cancelled"
+    assert run["events"][-1] == "attempt.late_callback_ignored"
+    assert [row["status"] for row in live.data.instance_rows(cron)] == [2]  # 2.x: stopped
