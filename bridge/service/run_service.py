@@ -15,6 +15,7 @@ from bridge.domain.errors import (
     AttemptConflictError,
     BridgeError,
     IdempotencyKeyConflictError,
+    InvalidAttemptTransitionError,
     InvalidRunTransitionError,
     RetryNotAllowedError,
     RunNotFoundError,
@@ -34,6 +35,7 @@ from bridge.service.ports import (
 )
 
 R = TypeVar("R")
+_REFUSALS = (RunVersionConflictError, AttemptConflictError, InvalidRunTransitionError, InvalidAttemptTransitionError)
 # Statuses a user may retry by creating a new Run (ADR-0001 6.3).
 _RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT})
 
@@ -143,8 +145,6 @@ class RunService:
 
         def work(store: RunStore) -> tuple[CommandResult, R | None]:
             run = _load(store, run_id)
-            if dedupe_key is not None and store.has_dedupe_key(run_id, dedupe_key):
-                return CommandResult(run=run, applied=False), None
             if expected_version is not None and run.version != expected_version:
                 raise RunVersionConflictError(run_id, expected_version, run.version)
             change = RunChange(run, actor=actor, at_ms=at_ms, new_id=self._new_id,
@@ -160,10 +160,15 @@ class RunService:
         try:
             result, value = self._uow.write(work)
         except DedupeKeyTakenError:
-            # A racing twin committed the same key first: report its outcome, append nothing.
+            # A twin with the same key committed first: report the current state, append nothing.
             return CommandResult(run=self.get_run(run_id), applied=False), None
-        except (RunVersionConflictError, AttemptConflictError):
-            self._metrics.conflict(command)
+        except _REFUSALS as exc:
+            # A repeat of a committed command usually fails on its stale version or on the state it
+            # already caused; the dedupe key is looked up only then, keeping the happy path one read short.
+            if dedupe_key is not None and self._uow.read(lambda s: s.has_dedupe_key(run_id, dedupe_key)):
+                return CommandResult(run=self.get_run(run_id), applied=False), None
+            if isinstance(exc, (RunVersionConflictError, AttemptConflictError)):
+                self._metrics.conflict(command)
             raise
         self._metrics.events_appended(result.events)
         return result, value

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Dialect, Executable, and_, bindparam, exists, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bridge.domain.aggregate import AttemptWrite, ChangeSet
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
@@ -31,6 +31,90 @@ from bridge.storage.schema import (
 _RUN_FIELDS = tuple(f.name for f in fields(Run))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
 _TERMINAL_VALUES = tuple(s.value for s in RUN_TERMINAL)
+
+# The hot-path statements are Core statements built once and compiled once per dialect, then run on
+# the connection's DB-API cursor inside the transaction SQLAlchemy manages. Rebuilding, re-compiling and
+# wrapping results per call cost more than the database work itself (tests/bench/bench_run_service.py).
+# Driver errors are wrapped exactly as SQLAlchemy wraps them, so storage/errors.py sees the same types.
+# Bind names carry a "b_" prefix because the column names are the SET/VALUES parameters.
+_r, _a, _e = runs_table, run_attempts_table, run_events_table
+_RUN_FIELDS_NO_ID = [f for f in _RUN_FIELDS if f != "id"]
+_ATTEMPT_FIELDS_NO_ID = [f for f in _ATTEMPT_FIELDS if f != "id"]
+_EVENT_COLUMNS = [c.name for c in _e.columns]
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    rowcount: int
+    rows: list[dict[str, Any]]
+
+    def first(self) -> dict[str, Any] | None:
+        return self.rows[0] if self.rows else None
+
+
+class _Prepared:
+    """One Core statement, compiled on first use for each dialect into (sql, positional order, defaults)."""
+
+    def __init__(self, stmt: Executable, column_keys: list[str] | None = None) -> None:
+        self._stmt = stmt
+        self._keys = column_keys
+        self._compiled: dict[str, tuple[str, tuple[str, ...] | None, Params]] = {}
+
+    def execute(self, conn: Connection, params: Params | list[Params]) -> _Result:
+        sql, order, defaults = self._for(conn.dialect)
+        many = isinstance(params, list)
+        args = [self._args(p, order, defaults) for p in params] if many else self._args(params, order, defaults)
+        dbapi = conn.dialect.loaded_dbapi
+        cursor = conn.connection.cursor()
+        try:
+            (cursor.executemany if many else cursor.execute)(sql, args)
+            rows = []
+            if cursor.description is not None:
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+            return _Result(cursor.rowcount, rows)
+        except dbapi.Error as exc:
+            raise DBAPIError.instance(sql, args, exc, dbapi.Error, dialect=conn.dialect) from exc
+        finally:
+            cursor.close()
+
+    @staticmethod
+    def _args(params: Params, order: tuple[str, ...] | None, defaults: Params) -> Any:
+        if order is None:
+            return params
+        if defaults:  # binds the statement fills itself, e.g. SQLite's OFFSET 0 after a LIMIT
+            params = {**defaults, **params}
+        return tuple(params[k] for k in order)
+
+    def _for(self, dialect: Dialect) -> tuple[str, tuple[str, ...] | None, Params]:
+        found = self._compiled.get(dialect.name)
+        if found is None:
+            compiled = self._stmt.compile(dialect=dialect, column_keys=self._keys)
+            order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+            defaults = {name: bind.value for name, bind in compiled.binds.items()
+                        if not bind.required and bind.value is not None}
+            found = self._compiled[dialect.name] = (str(compiled), order, defaults)
+        return found
+
+
+_SELECT_RUN = _Prepared(select(_r).where(_r.c.id == bindparam("b_id")))
+_SELECT_RUN_BY_KEY = _Prepared(select(_r).where(_r.c.project_id == bindparam("b_project"),
+                                                _r.c.idempotency_key == bindparam("b_key")))
+_SELECT_ATTEMPT = _Prepared(select(_a).where(_a.c.id == bindparam("b_id")))
+_SELECT_ATTEMPTS = _Prepared(select(_a).where(_a.c.run_id == bindparam("b_run_id")).order_by(_a.c.attempt))
+_HAS_DEDUPE = _Prepared(select(exists().where(and_(_e.c.run_id == bindparam("b_run_id"),
+                                                   _e.c.dedupe_key == bindparam("b_key")))))
+_INSERT_RUN = _Prepared(insert(_r), list(_RUN_FIELDS))
+_INSERT_ATTEMPT = _Prepared(insert(_a), list(_ATTEMPT_FIELDS))
+_INSERT_EVENT = _Prepared(insert(_e), _EVENT_COLUMNS)
+_UPDATE_RUN = _Prepared(update(_r).where(_r.c.id == bindparam("b_id"), _r.c.version == bindparam("b_version")),
+                        _RUN_FIELDS_NO_ID)
+_UPDATE_ATTEMPT = _Prepared(update(_a).where(_a.c.id == bindparam("b_id"), _a.c.status == bindparam("b_status"),
+                                             _a.c.callback_sequence == bindparam("b_sequence")),
+                            _ATTEMPT_FIELDS_NO_ID)
+_LIST_EVENTS = _Prepared(select(_e).where(_e.c.run_id == bindparam("b_run_id"), _e.c.sequence > bindparam("b_after"))
+                         .order_by(_e.c.sequence).limit(bindparam("b_limit")))
 
 
 def run_from_row(row: Mapping[str, Any]) -> Run:
@@ -57,13 +141,13 @@ def event_from_row(row: Mapping[str, Any]) -> RunEvent:
 
 
 def _run_values(run: Run) -> dict[str, Any]:
-    values = asdict(run)
+    values = {name: getattr(run, name) for name in _RUN_FIELDS}
     values["status"] = run.status.value
     return values
 
 
 def _attempt_values(attempt: RunAttempt) -> dict[str, Any]:
-    values = asdict(attempt)
+    values = {name: getattr(attempt, name) for name in _ATTEMPT_FIELDS}
     values["status"] = attempt.status.value
     return values
 
@@ -85,28 +169,24 @@ class SqlRunStore:
         self._conn = conn
 
     def get_run(self, run_id: str) -> Run | None:
-        row = self._conn.execute(select(runs_table).where(runs_table.c.id == run_id)).mappings().first()
+        row = _SELECT_RUN.execute(self._conn, {"b_id": run_id}).first()
         return run_from_row(row) if row else None
 
     def get_run_by_idempotency_key(self, project_id: str, idempotency_key: str) -> Run | None:
-        stmt = select(runs_table).where(runs_table.c.project_id == project_id,
-                                        runs_table.c.idempotency_key == idempotency_key)
-        row = self._conn.execute(stmt).mappings().first()
+        params = {"b_project": project_id, "b_key": idempotency_key}
+        row = _SELECT_RUN_BY_KEY.execute(self._conn, params).first()
         return run_from_row(row) if row else None
 
     def get_attempt(self, attempt_id: str) -> RunAttempt | None:
-        stmt = select(run_attempts_table).where(run_attempts_table.c.id == attempt_id)
-        row = self._conn.execute(stmt).mappings().first()
+        row = _SELECT_ATTEMPT.execute(self._conn, {"b_id": attempt_id}).first()
         return attempt_from_row(row) if row else None
 
     def get_attempts(self, run_id: str) -> list[RunAttempt]:
-        stmt = (select(run_attempts_table).where(run_attempts_table.c.run_id == run_id)
-                .order_by(run_attempts_table.c.attempt))
-        return [attempt_from_row(r) for r in self._conn.execute(stmt).mappings()]
+        return [attempt_from_row(r) for r in _SELECT_ATTEMPTS.execute(self._conn, {"b_run_id": run_id}).rows]
 
     def has_dedupe_key(self, run_id: str, dedupe_key: str) -> bool:
-        cond = and_(run_events_table.c.run_id == run_id, run_events_table.c.dedupe_key == dedupe_key)
-        return bool(self._conn.execute(select(exists().where(cond))).scalar())
+        row = _HAS_DEDUPE.execute(self._conn, {"b_run_id": run_id, "b_key": dedupe_key}).first()
+        return bool(row and next(iter(row.values())))
 
     def apply(self, change: ChangeSet) -> None:
         run = change.run
@@ -115,7 +195,7 @@ class SqlRunStore:
             for write in change.attempt_writes:
                 self._write_attempt(write)
             if change.events:
-                self._conn.execute(insert(run_events_table), [_event_values(e) for e in change.events])
+                _INSERT_EVENT.execute(self._conn, [_event_values(e) for e in change.events])
         except IntegrityError as exc:
             dedupe = next((e.dedupe_key for e in change.events if e.dedupe_key), None)
             raise translate_integrity_error(
@@ -124,39 +204,32 @@ class SqlRunStore:
                 expected_version=change.expected_version) from exc
 
     def _write_run(self, run: Run, expected_version: int | None) -> None:
-        if expected_version is None:
-            self._conn.execute(insert(runs_table).values(_run_values(run)))
-            return
         values = _run_values(run)
+        if expected_version is None:
+            _INSERT_RUN.execute(self._conn, values)
+            return
         del values["id"]
-        stmt = (update(runs_table)
-                .where(runs_table.c.id == run.id, runs_table.c.version == expected_version)
-                .values(values))
-        if self._conn.execute(stmt).rowcount != 1:
+        values.update(b_id=run.id, b_version=expected_version)
+        if _UPDATE_RUN.execute(self._conn, values).rowcount != 1:
             raise RunVersionConflictError(run.id, expected_version, None)
 
     def _write_attempt(self, write: AttemptWrite) -> None:
         attempt = write.attempt
+        values = _attempt_values(attempt)
         if write.is_insert:
-            self._conn.execute(insert(run_attempts_table).values(_attempt_values(attempt)))
+            _INSERT_ATTEMPT.execute(self._conn, values)
             return
         assert write.expected_status is not None
-        values = _attempt_values(attempt)
         del values["id"]
-        t = run_attempts_table
-        stmt = (update(t)
-                .where(t.c.id == attempt.id, t.c.status == write.expected_status.value,
-                       t.c.callback_sequence == write.expected_callback_sequence)
-                .values(values))
-        if self._conn.execute(stmt).rowcount != 1:
+        values.update(b_id=attempt.id, b_status=write.expected_status.value,
+                      b_sequence=write.expected_callback_sequence)
+        if _UPDATE_ATTEMPT.execute(self._conn, values).rowcount != 1:
             raise AttemptConflictError(attempt.id, f"{write.expected_status.value}#{write.expected_callback_sequence}",
                                        "changed concurrently")
 
     def list_events(self, run_id: str, after_sequence: int, limit: int) -> list[RunEvent]:
-        t = run_events_table
-        stmt = (select(t).where(t.c.run_id == run_id, t.c.sequence > after_sequence)
-                .order_by(t.c.sequence).limit(limit))
-        return [event_from_row(r) for r in self._conn.execute(stmt).mappings()]
+        params = {"b_run_id": run_id, "b_after": after_sequence, "b_limit": limit}
+        return [event_from_row(r) for r in _LIST_EVENTS.execute(self._conn, params).rows]
 
     def active_candidates(self, legacy_cron_id: int, limit: int) -> list[ActiveCandidate]:
         r = runs_table

@@ -1,0 +1,820 @@
+"""Benchmark: the status-callback path over real HTTP, direct to 2.x vs through `bridge serve` (shadow off / on).
+
+    python -m tests.bench.bench_shadow_http [--pairs N] [--rss-callbacks M] [--backend sqlite|postgres]
+                                            [--pg-url URL] [--blocks B] [--threads T] [--throughput-seconds S]
+                                            [--budget-ms MS]
+
+What runs (all on loopback, all started and always stopped by this script):
+
+  * a 2.x data dir in a temp dir with five crons on 5-field schedules;
+  * the 2.x test double (Legacy2xDouble) in its OWN process (multiprocessing "spawn"), so its CPU does not share
+    the GIL with the load generator;
+  * `bridge serve` (gunicorn, 1 worker x 16 threads) in front of it, shadow ON for every origin
+    (BRIDGE_SHADOW_ORIGINS=manual,boot,...,system, BRIDGE_SHADOW_BUDGET_MS default 50);
+  * a second `bridge serve` with BRIDGE_SHADOW_ORIGINS empty: the pure pass-through, same settings otherwise.
+
+Each "execution" is one start callback and one end callback (exit 0) with a distinct pid and a begin time on a
+fire time of the cron's schedule, sent as the exact bytes of shell/api.sh (render_status_body, curl's headers,
+`?t=<now>`), so the bridge records it as a scheduled_system run.
+
+Phases:
+
+  1. Latency. N pairs to each of direct / pass-through / shadow-on, one request at a time, interleaved in B blocks
+     whose target order cycles through all six permutations, so drift and machine noise hit all three alike.
+     One persistent httpx.Client per target (keep-alive), then a smaller "new connection per call" variant
+     (max_keepalive_connections=0: connect, request, close - closer to the shell's curl). perf_counter_ns around
+     each request. The target compares shadow-on p50 with pass-through-only p50.
+  2. Throughput. T client threads (keep-alive) for S seconds per target, shadow-on first; then the run_events
+     per run and the runs created vs executions sent are counted in the store (after the bridges stopped and
+     their shadow lanes drained).
+  3. RSS. A FRESH shadow-on bridge; VmRSS of its gunicorn worker (the child of the `bridge serve` process,
+     found through /proc/<pid>/task/*/children) at boot (raw-before), after ~2,000 warm-up callbacks
+     (warm-before), every 10,000 callbacks, and after M callbacks sent by T threads (after).
+
+The double's RunningInstances table has no index (as in 2.x), so every end callback scans it. Between phases and
+at every RSS progress tick the double's process deletes the finished rows (never a running one) so the double does
+not slow down as the table grows; the latency phase runs on a small table and is unaffected. The double also
+forgets its recorded requests every 2 s (it keeps every request for tests).
+
+This is a benchmark, not a test: it asserts nothing about timing and exits 0 after printing (1 if the store
+could not be set up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import multiprocessing
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import create_engine, func, select, text
+
+from bridge.demo import CURL_HEADERS, free_port
+from bridge.storage.engine import make_engine
+from bridge.storage.migrate import upgrade
+from bridge.storage.schema import mismatches_table, run_events_table, runs_table
+from legacy_adapters.callbacks import render_status_body
+from legacy_adapters.origin import schedule_matches
+from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.testing.datadir import LegacyDataDir, connect, create_legacy_data_dir, immediate
+from legacy_adapters.testing.double import Legacy2xDouble
+
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+ALL_ORIGINS = "manual,boot,scheduled_node,scheduled_system,script,subscription,system"
+TARGET_RATIO = 1.5
+TARGET_LINE = "target: shadow-on p50 ≤ 1.5× pass-through-only p50"
+EVENTS_TARGET = 10
+RSS_TARGET_MIB = 5.0
+RSS_WARMUP_CALLBACKS = 2_000
+PROGRESS_EVERY = 10_000
+# Every one of these fires at the top of each even UTC hour, so one begin time (fire time + 1 s) matches all.
+CRONS = (
+    ("every minute", "task every_minute.js", "* * * * *"),
+    ("every five", "task every_five.py", "*/5 * * * *"),
+    ("hourly report", "task report.sh", "0 * * * *"),
+    ("quarter", "task quarter.js", "*/15 * * * *"),
+    ("two-hourly", "task two_hourly.py", "0 */2 * * *"),
+)
+DIRECT, PASS, SHADOW = "direct", "pass-through", "shadow-on"
+
+console = Console(width=120)
+
+
+# --- the 2.x double, in its own process ---------------------------------------------------------------------------
+
+
+def _double_main(data: LegacyDataDir, conn: Connection) -> None:
+    """Child process: serve the double until told to stop; prune finished RunningInstances when asked."""
+    double = Legacy2xDouble(data).start()
+    conn.send(double.url)
+    try:
+        while True:
+            if not conn.poll(2.0):
+                double.clear_requests()
+                continue
+            message = conn.recv()
+            if message == "stop":
+                break
+            if message == "prune":
+                double.clear_requests()
+                with closing(connect(data.database_path)) as db, immediate(db):
+                    gone = db.execute("DELETE FROM RunningInstances WHERE status != ?",
+                                      (int(InstanceStatus.RUNNING),)).rowcount
+                conn.send(gone)
+    except (EOFError, KeyboardInterrupt):
+        pass
+    finally:
+        double.stop()
+
+
+@dataclass
+class DoubleHandle:
+    url: str
+    conn: Connection
+    pid: int
+
+    def prune(self) -> int:
+        self.conn.send("prune")
+        return int(self.conn.recv()) if self.conn.poll(30) else -1
+
+
+@contextmanager
+def double_process(data: LegacyDataDir) -> Iterator[DoubleHandle]:
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_double_main, args=(data, child), name="legacy-2x-double", daemon=True)
+    proc.start()
+    try:
+        if not parent.poll(30):
+            raise RuntimeError("the 2.x double did not start within 30 s")
+        yield DoubleHandle(parent.recv(), parent, proc.pid or 0)
+    finally:
+        try:
+            parent.send("stop")
+        except (OSError, ValueError):
+            pass
+        proc.join(10)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(5)
+
+
+# --- `bridge serve` children ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class BridgeHandle:
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def worker_pid(self) -> int:
+        pids = child_pids(self.proc.pid)
+        if len(pids) != 1:
+            raise RuntimeError(f"expected one gunicorn worker under pid {self.proc.pid}, found {pids}")
+        return pids[0]
+
+    def metrics(self) -> dict[str, float]:
+        return scrape_metrics(self.url)
+
+
+def child_pids(pid: int) -> list[int]:
+    """Children of ``pid`` from /proc/<pid>/task/*/children, else by scanning /proc/*/stat for the ppid."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.update(int(x) for x in (task / "children").read_text().split())
+        except OSError:
+            continue
+    if found:
+        return sorted(found)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return sorted(found)
+
+
+def rss_kib(pid: int) -> dict[str, int]:
+    """VmRSS / RssAnon / VmHWM of a process, in KiB."""
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def bridge_env(base: dict[str, str], **values: str) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if not k.startswith("BRIDGE_")}  # nothing inherited from the shell
+    env.update(values)
+    return env
+
+
+@contextmanager
+def bridge_server(name: str, env: dict[str, str], url: str, log_path: Path) -> Iterator[BridgeHandle]:
+    """Like bridge.demo.bridge_process, but stderr goes to a file: a pipe nobody reads would fill up under load
+    (gunicorn's error log and the shadow warnings go to stderr) and block the worker."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} bridge exited: " + log_path.read_text(errors="replace")[-600:])
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code in (200, 503):
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} bridge did not start within 30 s")
+            time.sleep(0.1)
+        yield BridgeHandle(name, url, proc, log_path)
+    finally:
+        proc.terminate()  # SIGTERM: gunicorn stops gracefully, worker_exit drains the shadow lanes
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
+
+
+def scrape_metrics(url: str) -> dict[str, float]:
+    body = httpx.get(f"{url}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for line in body.splitlines():
+        match = _SAMPLE.match(line)
+        if match and not line.startswith("#"):
+            out[match.group(1) + (match.group(2) or "")] = float(match.group(3))
+    return out
+
+
+def metric_sum(samples: dict[str, float], name: str, **labels: str) -> float:
+    total = 0.0
+    for key, value in samples.items():
+        base, _, rest = key.partition("{")
+        if base == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            total += value
+    return total
+
+
+# --- the workload ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cron:
+    id: int
+    log_name: str
+    schedule: str
+
+
+class Workload:
+    """Start/end body pairs with distinct pids; begin times on a fire time of every schedule (even UTC hours)."""
+
+    def __init__(self, crons: list[Cron], now_s: int) -> None:
+        self.crons = crons
+        self.base_begin = now_s - now_s % 7200 - 7200 + 1  # one second after a past even hour
+        self._pids = itertools.count(100_000)
+
+    def begin_for(self, pid: int) -> int:
+        return self.base_begin - 7200 * (pid % 12)
+
+    def next_pair(self) -> tuple[bytes, bytes]:
+        pid = next(self._pids)  # itertools.count is atomic under the GIL
+        cron = self.crons[pid % len(self.crons)]
+        begin = self.begin_for(pid)
+        log_path = f"{cron.log_name}/2026-01-01-00-00-{pid}.log"
+        start = render_status_body(cron.id, 0, pid, log_path, begin)
+        end = render_status_body(cron.id, 1, pid, log_path, begin, 1 + pid % 7, 0)
+        return start, end
+
+
+class Sender:
+    """One HTTP client sending exactly what shell/api.sh update_cron sends."""
+
+    def __init__(self, base_url: str, token: str, *, keepalive: bool = True) -> None:
+        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4 if keepalive else 0)
+        self.client = httpx.Client(base_url=base_url, timeout=30, limits=limits, trust_env=False)
+        self.headers = {**CURL_HEADERS, "Authorization": f"Bearer {token}"}
+
+    def put(self, body: bytes) -> tuple[int, int]:
+        """(HTTP status or 0 for a transport error, latency in ns)."""
+        url = f"/open/crons/status?t={int(time.time())}"
+        started = time.perf_counter_ns()
+        try:
+            status = self.client.put(url, content=body, headers=self.headers).status_code
+        except httpx.HTTPError:
+            status = 0
+        return status, time.perf_counter_ns() - started
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@dataclass
+class Tally:
+    """Executions (start and end both answered 2xx) sent through a shadow-on bridge, for the store check."""
+
+    shadow_pairs_ok: int = 0
+    shadow_pairs_failed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, ok: int, failed: int) -> None:
+        with self.lock:
+            self.shadow_pairs_ok += ok
+            self.shadow_pairs_failed += failed
+
+
+# --- statistics -----------------------------------------------------------------------------------------------------
+
+
+def pct(sorted_ns: list[int], q: float) -> float:
+    """Nearest-rank percentile in ms."""
+    if not sorted_ns:
+        return math.nan
+    return sorted_ns[min(len(sorted_ns) - 1, max(0, math.ceil(q * len(sorted_ns)) - 1))] / 1e6
+
+
+@dataclass
+class Series:
+    ns: list[int] = field(default_factory=list)
+    errors: int = 0
+
+    def summary(self) -> dict[str, float]:
+        data = sorted(self.ns)
+        return {"n": len(data), "p50": pct(data, .50), "p95": pct(data, .95), "p99": pct(data, .99),
+                "mean": (sum(data) / len(data) / 1e6) if data else math.nan, "max": (data[-1] / 1e6) if data else math.nan}
+
+
+def ms(value: float) -> str:
+    return "-" if value != value else f"{value:.2f}"
+
+
+# --- phase 1: latency -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LatencyResult:
+    all: dict[str, Series]
+    start: dict[str, Series]
+    end: dict[str, Series]
+    block_p50: dict[str, list[float]]
+    seconds: float
+
+
+def latency_phase(targets: dict[str, str], token: str, work: Workload, tally: Tally, *, pairs: int, blocks: int,
+                  keepalive: bool, warmup_pairs: int) -> LatencyResult:
+    names = list(targets)
+    senders = {n: Sender(u, token, keepalive=keepalive) for n, u in targets.items()}
+    result = LatencyResult({n: Series() for n in names}, {n: Series() for n in names}, {n: Series() for n in names},
+                           {n: [] for n in names}, 0.0)
+
+    def pair(name: str, record: bool) -> list[int]:
+        start, end = work.next_pair()
+        got = []
+        ok = True
+        for kind, body in (("start", start), ("end", end)):
+            status, ns = senders[name].put(body)
+            good = 200 <= status < 300
+            ok = ok and good
+            if record:
+                if good:
+                    result.all[name].ns.append(ns)
+                    getattr(result, kind)[name].ns.append(ns)
+                    got.append(ns)
+                else:
+                    result.all[name].errors += 1
+        if name == SHADOW:
+            tally.add(int(ok), int(not ok))
+        return got
+
+    try:
+        for name in names:
+            for _ in range(warmup_pairs):
+                pair(name, record=False)
+        orders = list(itertools.permutations(names))
+        sizes = [pairs // blocks + (1 if b < pairs % blocks else 0) for b in range(blocks)]
+        began = time.perf_counter()
+        for b, size in enumerate(sizes):
+            for name in orders[b % len(orders)]:
+                block: list[int] = []
+                for _ in range(size):
+                    block.extend(pair(name, record=True))
+                if block:
+                    result.block_p50[name].append(statistics.median(block) / 1e6)
+        result.seconds = time.perf_counter() - began
+    finally:
+        for sender in senders.values():
+            sender.close()
+    return result
+
+
+# --- phases 2 and 3: concurrent load ----------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadResult:
+    callbacks_ok: int
+    errors: int
+    seconds: float
+    latency: Series
+
+    @property
+    def rate(self) -> float:
+        return self.callbacks_ok / self.seconds if self.seconds else 0.0
+
+
+def concurrent_load(url: str, token: str, work: Workload, tally: Tally | None, *, threads: int,
+                    seconds: float | None = None, callbacks: int | None = None,
+                    tick: Callable[[int, float], None] | None = None, tick_every: int = PROGRESS_EVERY,
+                    keep_latency: bool = True) -> LoadResult:
+    """``threads`` keep-alive clients sending start/end pairs for ``seconds`` or until ``callbacks`` were sent.
+
+    ``tick(done, elapsed)`` runs on the calling thread each time another ``tick_every`` callbacks completed."""
+    stop = threading.Event()
+    tickets = itertools.count()
+    total_pairs = (callbacks + 1) // 2 if callbacks is not None else None
+    done = [0] * threads
+    errs = [0] * threads
+    lats: list[list[int]] = [[] for _ in range(threads)]
+    failures: list[BaseException] = []
+
+    def run(i: int) -> None:
+        sender = Sender(url, token)
+        ok_pairs = bad_pairs = 0
+        try:
+            while not stop.is_set():
+                if total_pairs is not None and next(tickets) >= total_pairs:
+                    break
+                start, end = work.next_pair()
+                pair_ok = True
+                for body in (start, end):
+                    status, ns = sender.put(body)
+                    if 200 <= status < 300:
+                        done[i] += 1
+                        if keep_latency:
+                            lats[i].append(ns)
+                    else:
+                        errs[i] += 1
+                        pair_ok = False
+                ok_pairs += pair_ok
+                bad_pairs += not pair_ok
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            failures.append(exc)
+        finally:
+            sender.close()
+            if tally is not None:
+                tally.add(ok_pairs, bad_pairs)
+
+    workers = [threading.Thread(target=run, args=(i,), name=f"load-{i}", daemon=True) for i in range(threads)]
+    began = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    next_tick = tick_every
+    try:
+        while any(w.is_alive() for w in workers):
+            elapsed = time.perf_counter() - began
+            if seconds is not None and elapsed >= seconds:
+                stop.set()
+            if tick is not None and sum(done) >= next_tick:
+                tick(next_tick, elapsed)
+                next_tick += tick_every
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+    elapsed = time.perf_counter() - began
+    if failures:
+        raise RuntimeError(f"load thread failed: {failures[0]!r}")
+    return LoadResult(sum(done), sum(errs), elapsed, Series([ns for lat in lats for ns in lat], sum(errs)))
+
+
+# --- the store ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StoreReport:
+    runs: int
+    by_origin_status: dict[tuple[str, str], int]
+    events: int
+    events_per_run: dict[int, int]  # events in a run -> number of runs
+    mismatches: int
+
+
+def store_report(database_url: str, schema: str | None) -> StoreReport:
+    engine = make_engine(database_url, pg_search_path=schema)
+    try:
+        with engine.connect() as conn:
+            r = runs_table.c
+            grouped = conn.execute(select(r.origin, r.status, func.count()).group_by(r.origin, r.status)).all()
+            per_run = select(run_events_table.c.run_id, func.count().label("n")).group_by(
+                run_events_table.c.run_id).subquery()
+            dist = dict(conn.execute(select(per_run.c.n, func.count()).group_by(per_run.c.n)).all())
+            events = conn.execute(select(func.count()).select_from(run_events_table)).scalar_one()
+            mismatches = conn.execute(select(func.count()).select_from(mismatches_table)).scalar_one()
+    finally:
+        engine.dispose()
+    by = {(o or "unknown", s): int(n) for o, s, n in grouped}
+    return StoreReport(sum(by.values()), by, int(events), {int(k): int(v) for k, v in dist.items()}, int(mismatches))
+
+
+@contextmanager
+def store(backend: str, root: Path, pg_url: str) -> Iterator[tuple[str, str | None]]:
+    """A fresh, migrated store: a SQLite file in ``root`` or a new PostgreSQL schema (dropped afterwards)."""
+    if backend == "sqlite":
+        url = f"sqlite:///{(root / 'bridge.sqlite').resolve()}"
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield url, None
+        return
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        try:
+            engine = make_engine(pg_url, pg_search_path=schema)
+            upgrade(engine)
+            engine.dispose()
+            yield pg_url, schema
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    finally:
+        admin.dispose()
+
+
+# --- output ---------------------------------------------------------------------------------------------------------
+
+
+def latency_table(title: str, result: LatencyResult) -> Table:
+    table = Table("target", "callbacks", "errors", "p50 ms", "p95 ms", "p99 ms", "mean ms", "max ms",
+                  "start p50", "end p50", title=title)
+    for name in result.all:
+        s = result.all[name].summary()
+        table.add_row(name, str(s["n"]), str(result.all[name].errors), ms(s["p50"]), ms(s["p95"]), ms(s["p99"]),
+                      ms(s["mean"]), ms(s["max"]), ms(result.start[name].summary()["p50"]),
+                      ms(result.end[name].summary()["p50"]))
+    return table
+
+
+def comparison_rows(table: Table, variant: str, result: LatencyResult) -> None:
+    s = {n: result.all[n].summary() for n in result.all}
+    d, p, sh = s[DIRECT], s[PASS], s[SHADOW]
+    blocks = [a / b for a, b in zip(result.block_p50[SHADOW], result.block_p50[PASS], strict=False) if b]
+    spread = (f"{min(blocks):.2f} / {statistics.median(blocks):.2f} / {max(blocks):.2f}" if blocks else "-")
+    table.add_row(variant, f"+{ms(p['p50'] - d['p50'])} / +{ms(p['p99'] - d['p99'])}",
+                  f"+{ms(sh['p50'] - d['p50'])} / +{ms(sh['p99'] - d['p99'])}",
+                  f"+{ms(sh['p50'] - p['p50'])} / +{ms(sh['p99'] - p['p99'])}",
+                  f"{sh['p50'] / d['p50']:.2f}×", f"{p['p50'] / d['p50']:.2f}×",
+                  f"{sh['p50'] / p['p50']:.2f}×", spread)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=500, help="start/end pairs per target in the latency phase")
+    parser.add_argument("--rss-callbacks", type=int, default=100_000, help="callbacks in the RSS phase (0: skip)")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--pg-url", default=os.environ.get("BRIDGE_TEST_POSTGRES_URL") or DEFAULT_PG_URL)
+    parser.add_argument("--blocks", type=int, default=20, help="interleaved latency blocks per target")
+    parser.add_argument("--threads", type=int, default=4, help="client threads for throughput and RSS")
+    parser.add_argument("--throughput-seconds", type=float, default=10.0, help="per target (0: skip)")
+    parser.add_argument("--budget-ms", type=int, default=50, help="BRIDGE_SHADOW_BUDGET_MS")
+    parser.add_argument("--newconn-pairs", type=int, default=None, help="pairs per target, new connection per "
+                        "call (default pairs/5, 0: skip)")
+    args = parser.parse_args(argv)
+    newconn_pairs = max(0, args.pairs // 5) if args.newconn_pairs is None else args.newconn_pairs
+    run_started = time.perf_counter()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[2]).stdout.strip() or "?"
+    console.print(f"[bold]bench_shadow_http[/] backend={args.backend} pairs={args.pairs} newconn-pairs={newconn_pairs} "
+                  f"blocks={args.blocks} threads={args.threads} throughput={args.throughput_seconds:g}s "
+                  f"rss-callbacks={args.rss_callbacks} budget={args.budget_ms}ms")
+    console.print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cores; "
+                  f"HEAD {commit} (plus uncommitted work in the tree)")
+
+    tally = Tally()
+    timings: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-shadow-http-") as tmp, ExitStack() as outer:
+        root = Path(tmp)
+        data = create_legacy_data_dir(root / "ql-data")
+        crons = []
+        for name, command, schedule in CRONS:
+            cron_id = data.add_cron(name, command, schedule)
+            crons.append(Cron(cron_id, str(data.cron_row(cron_id)["log_name"]), schedule))
+        work = Workload(crons, int(time.time()))
+        from zoneinfo import ZoneInfo
+        unmatched = [c.schedule for c in crons for k in range(12)
+                     if not schedule_matches(c.schedule, work.base_begin - 7200 * k, ZoneInfo("UTC"))]
+        if unmatched:
+            console.print(f"[red]begin times do not match schedules {sorted(set(unmatched))}[/]")
+        try:
+            database_url, schema = outer.enter_context(store(args.backend, root, args.pg_url))
+        except Exception as exc:  # noqa: BLE001 - a benchmark reports and exits
+            console.print(f"[red]could not set up the {args.backend} store: {type(exc).__name__}: {exc}[/]")
+            return 1
+        double = outer.enter_context(double_process(data))
+        common = dict(BRIDGE_LEGACY_URL=double.url, BRIDGE_LEGACY_DATA_DIR=str(data.root),
+                      BRIDGE_DATABASE_URL=database_url, BRIDGE_LEGACY_TZ="UTC", BRIDGE_LEGACY_SCHEDULER="system",
+                      BRIDGE_SHADOW_BUDGET_MS=str(args.budget_ms), BRIDGE_DATA_DIR=str(root))
+        if schema:
+            common["BRIDGE_DATABASE_SCHEMA"] = schema
+
+        def start_bridge(stack: ExitStack, name: str, origins: str, tag: str) -> BridgeHandle:
+            port = free_port()
+            env = bridge_env(dict(os.environ), BRIDGE_LISTEN=f"127.0.0.1:{port}", BRIDGE_SHADOW_ORIGINS=origins,
+                             **common)
+            return stack.enter_context(bridge_server(name, env, f"http://127.0.0.1:{port}", root / f"{tag}.log"))
+
+        console.print(f"2.x double pid {double.pid} on {double.url}; data dir and store in {root}")
+        metrics_before_stop: dict[str, dict[str, float]] = {}
+        lat_keep = lat_new = None
+        loads: dict[str, LoadResult] = {}
+        rss: dict[str, Any] = {}
+        log_files: list[Path] = []
+
+        # ---- phases 1 and 2: both bridges up side by side -----------------------------------------------------
+        with ExitStack() as bridges:
+            shadow = start_bridge(bridges, SHADOW, ALL_ORIGINS, "bridge-shadow")
+            passthru = start_bridge(bridges, PASS, "", "bridge-pass")
+            log_files += [shadow.log_path, passthru.log_path]
+            console.print(f"bridges: shadow-on {shadow.url} (serve pid {shadow.proc.pid}, worker "
+                          f"{shadow.worker_pid()}), pass-through {passthru.url} (serve pid {passthru.proc.pid}, "
+                          f"worker {passthru.worker_pid()})")
+            targets = {DIRECT: double.url, PASS: passthru.url, SHADOW: shadow.url}
+            double.prune()
+            t0 = time.perf_counter()
+            console.print(f"[bold]phase 1[/] latency: {args.pairs} pairs per target, keep-alive, "
+                          f"{args.blocks} interleaved blocks ...")
+            lat_keep = latency_phase(targets, data.system_token, work, tally, pairs=args.pairs, blocks=args.blocks,
+                                     keepalive=True, warmup_pairs=20)
+            if newconn_pairs:
+                console.print(f"[bold]phase 1b[/] latency: {newconn_pairs} pairs per target, new connection per call ...")
+                lat_new = latency_phase(targets, data.system_token, work, tally, pairs=newconn_pairs,
+                                        blocks=max(1, min(args.blocks, newconn_pairs // 5)), keepalive=False,
+                                        warmup_pairs=5)
+            timings["latency"] = time.perf_counter() - t0
+            metrics_before_stop["latency"] = shadow.metrics()
+            if args.throughput_seconds > 0:
+                t0 = time.perf_counter()
+                for name in (SHADOW, PASS, DIRECT):
+                    double.prune()
+                    console.print(f"[bold]phase 2[/] throughput: {name}, {args.threads} threads, "
+                                  f"{args.throughput_seconds:g} s ...")
+                    loads[name] = concurrent_load(targets[name], data.system_token, work,
+                                                  tally if name == SHADOW else None, threads=args.threads,
+                                                  seconds=args.throughput_seconds)
+                timings["throughput"] = time.perf_counter() - t0
+            metrics_before_stop["throughput"] = shadow.metrics()
+
+        # ---- phase 3: RSS on a fresh shadow-on bridge ------------------------------------------------------------
+        if args.rss_callbacks > 0:
+            double.prune()
+            with ExitStack() as bridges:
+                fresh = start_bridge(bridges, SHADOW, ALL_ORIGINS, "bridge-shadow-rss")
+                log_files.append(fresh.log_path)
+                worker = fresh.worker_pid()
+                time.sleep(1.0)
+                rss["raw"] = rss_kib(worker)
+                console.print(f"[bold]phase 3[/] RSS: fresh shadow-on bridge, worker pid {worker}, raw VmRSS "
+                              f"{rss['raw']['VmRSS'] / 1024:.1f} MiB; {RSS_WARMUP_CALLBACKS} warm-up callbacks ...")
+                concurrent_load(fresh.url, data.system_token, work, tally, threads=args.threads,
+                                callbacks=RSS_WARMUP_CALLBACKS, keep_latency=False)
+                time.sleep(1.0)
+                rss["warm"] = rss_kib(worker)
+                rss["curve"] = [(0, 0.0, rss["warm"]["VmRSS"])]
+                console.print(f"  warm VmRSS {rss['warm']['VmRSS'] / 1024:.1f} MiB; sending "
+                              f"{args.rss_callbacks:,} callbacks with {args.threads} threads ...")
+
+                def tick(done: int, elapsed: float) -> None:
+                    now = rss_kib(worker)["VmRSS"]
+                    rss["curve"].append((done, elapsed, now))
+                    pruned = double.prune()
+                    console.print(f"  {done:>7,} / {args.rss_callbacks:,} callbacks  {elapsed:6.1f} s  "
+                                  f"{done / elapsed:5.0f} cb/s  VmRSS {now / 1024:6.1f} MiB "
+                                  f"({(now - rss['warm']['VmRSS']) / 1024:+.1f})  [double pruned {pruned} rows]")
+
+                t0 = time.perf_counter()
+                loads["rss"] = concurrent_load(fresh.url, data.system_token, work, tally, threads=args.threads,
+                                               callbacks=args.rss_callbacks, tick=tick)
+                timings["rss"] = time.perf_counter() - t0
+                rss["after_now"] = rss_kib(worker)
+                time.sleep(2.0)  # let the shadow lanes drain
+                rss["after"] = rss_kib(worker)
+                metrics_before_stop["rss"] = fresh.metrics()
+
+        # ---- the store, after every bridge stopped (their lanes drained on SIGTERM) ---------------------------
+        report = store_report(database_url, schema)
+        log_lines = {p.name: p.read_text(errors="replace").splitlines() for p in log_files}
+
+    # ---- report ------------------------------------------------------------------------------------------------
+    console.rule("[bold]results")
+    assert lat_keep is not None
+    console.print(latency_table(f"Latency per callback, one persistent connection per target "
+                                f"({lat_keep.seconds:.1f} s)", lat_keep))
+    if lat_new is not None:
+        console.print(latency_table(f"Latency per callback, new connection per call ({lat_new.seconds:.1f} s)",
+                                    lat_new))
+    comp = Table("variant", "pass-through − direct\nΔp50 / Δp99 ms", "shadow-on − direct\nΔp50 / Δp99 ms",
+                 "shadow-on − pass-through\nΔp50 / Δp99 ms", "shadow/direct\np50", "pass/direct\np50",
+                 "shadow/pass\np50", "shadow/pass per block\nmin / med / max", title="Added latency")
+    comparison_rows(comp, "keep-alive", lat_keep)
+    if lat_new is not None:
+        comparison_rows(comp, "new conn", lat_new)
+    console.print(comp)
+    ratio = lat_keep.all[SHADOW].summary()["p50"] / lat_keep.all[PASS].summary()["p50"]
+    verdict = "[green]met[/]" if ratio <= TARGET_RATIO else "[red]NOT met[/]"
+    console.print(f"{TARGET_LINE}: keep-alive {ratio:.2f}× → {verdict}" + (
+        f"; new connection {lat_new.all[SHADOW].summary()['p50'] / lat_new.all[PASS].summary()['p50']:.2f}×"
+        if lat_new is not None else ""))
+
+    if loads:
+        table = Table("phase / target", "threads", "seconds", "callbacks ok", "errors", "callbacks/s",
+                      "executions/s", "p50 ms", "p99 ms", title="Sustained load (keep-alive clients)")
+        for name, load in loads.items():
+            s = load.latency.summary()
+            table.add_row("RSS run, shadow-on" if name == "rss" else f"throughput, {name}", str(args.threads),
+                          f"{load.seconds:.1f}", f"{load.callbacks_ok:,}", str(load.errors), f"{load.rate:,.0f}",
+                          f"{load.rate / 2:,.0f}", ms(s["p50"]), ms(s["p99"]))
+        console.print(table)
+
+    table = Table("shadow-on worker metrics", "after latency", "after throughput", "RSS bridge", title="From /metrics")
+    phases = [metrics_before_stop.get(k, {}) for k in ("latency", "throughput", "rss")]
+
+    def row(label: str, fn: Callable[[dict[str, float]], str]) -> None:
+        table.add_row(label, *[fn(m) if m else "-" for m in phases])
+
+    row("shadow runs created", lambda m: f"{metric_sum(m, 'shadow_run_create_total'):,.0f}")
+    row("shadow writes failed: timeout (over budget)",
+        lambda m: f"{metric_sum(m, 'shadow_write_failed_total', error='timeout'):,.0f}")
+    row("shadow writes failed: other",
+        lambda m: f"{metric_sum(m, 'shadow_write_failed_total') - metric_sum(m, 'shadow_write_failed_total', error='timeout'):,.0f}")
+    row("unmatched / ambiguous callbacks", lambda m: f"{metric_sum(m, 'shadow_callback_unmatched_total'):,.0f}")
+    row("late callbacks", lambda m: f"{metric_sum(m, 'attempt_late_callback_total'):,.0f}")
+    row("shadow write mean ms", lambda m: ms(1000 * metric_sum(m, "shadow_write_seconds_sum")
+                                            / max(1.0, metric_sum(m, "shadow_write_seconds_count"))))
+    row("forward to 2.x mean ms", lambda m: ms(1000 * metric_sum(m, "bridge_forward_seconds_sum")
+                                              / max(1.0, metric_sum(m, "bridge_forward_seconds_count"))))
+    console.print(table)
+
+    sent = tally.shadow_pairs_ok
+    table = Table("store check", "value", title=f"Shadow store ({args.backend}) after all phases")
+    table.add_row("executions sent through shadow-on bridges (start+end 2xx)", f"{sent:,}")
+    table.add_row("executions with a non-2xx / failed callback", f"{tally.shadow_pairs_failed:,}")
+    table.add_row("runs created", f"{report.runs:,}  ({report.runs - sent:+,} vs sent)")
+    for (origin, status), n in sorted(report.by_origin_status.items()):
+        table.add_row(f"  runs {origin} / {status}", f"{n:,}")
+    table.add_row("run_events", f"{report.events:,}")
+    dist = ", ".join(f"{k} events: {v:,} runs" for k, v in sorted(report.events_per_run.items()))
+    table.add_row("events per run (distribution)", dist or "-")
+    worst = max(report.events_per_run, default=0)
+    table.add_row(f"events per normal execution (target ≤ {EVENTS_TARGET})",
+                  f"max {worst} → " + ("[green]met[/]" if worst <= EVENTS_TARGET else "[red]NOT met[/]"))
+    table.add_row("mismatch rows", f"{report.mismatches:,}")
+    console.print(table)
+
+    if rss:
+        mib = lambda k: rss[k]["VmRSS"] / 1024  # noqa: E731
+        growth = mib("after") - mib("warm")
+        table = Table("sample", "VmRSS MiB", "RssAnon MiB", "VmHWM MiB", title=f"Bridge worker RSS (shadow-on, "
+                      f"{args.rss_callbacks:,} callbacks in {timings.get('rss', 0):.0f} s)")
+        for key, label in (("raw", "raw-before (booted, idle)"), ("warm", f"warm-before (+{RSS_WARMUP_CALLBACKS:,} "
+                           "callbacks)"), ("after_now", "after (last callback answered)"),
+                           ("after", "after (+2 s, lanes drained)")):
+            table.add_row(label, f"{rss[key]['VmRSS'] / 1024:.1f}", f"{rss[key].get('RssAnon', 0) / 1024:.1f}",
+                          f"{rss[key]['VmHWM'] / 1024:.1f}")
+        table.add_row("growth after − warm-before", f"{growth:+.1f}",
+                      f"{(rss['after'].get('RssAnon', 0) - rss['warm'].get('RssAnon', 0)) / 1024:+.1f}", "")
+        table.add_row("growth after − raw-before", f"{mib('after') - mib('raw'):+.1f}", "", "")
+        console.print(table)
+        curve = "  ".join(f"{d // 1000}k:{(v - rss['warm']['VmRSS']) / 1024:+.1f}" for d, _, v in rss["curve"])
+        console.print(f"RSS growth over warm-before by callbacks sent (MiB): {curve}")
+        console.print(f"target: no growth beyond a few MiB over 100,000 callbacks: {growth:+.1f} MiB over "
+                      f"{args.rss_callbacks:,} → " + ("[green]met[/]" if growth <= RSS_TARGET_MIB else "[red]NOT met[/]"))
+
+    for name, lines in log_lines.items():
+        warnings = [ln for ln in lines if " WARNING " in ln or " ERROR " in ln]
+        kinds: dict[str, int] = {}
+        for ln in warnings:
+            key = re.sub(r"^\S+ \S+ \[\d+\] ", "", ln)
+            kinds[key] = kinds.get(key, 0) + 1
+        console.print(f"{name}: {len(warnings)} warning/error lines" + (
+            "; " + "; ".join(f"{n}× {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
+            if kinds else ""))
+    timings["total"] = time.perf_counter() - run_started
+    console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
