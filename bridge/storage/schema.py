@@ -180,3 +180,72 @@ mismatches_table = Table(
     Index("ix_mismatches_kind_resolved", "kind", "resolved_at_ms"),
     Index("ix_mismatches_origin_first_seen", "origin", "first_seen_ms"),
 )
+
+# One row per execution origin; anything missing or unreadable means "off" (DESIGN.md section 2).
+origin_flags_table = Table(
+    "origin_flags", metadata,
+    Column("origin", String(32), primary_key=True),
+    Column("mode", String(16), nullable=False),
+    Column("updated_at_ms", Ms, nullable=False),
+    Column("updated_by", String(128), nullable=False),
+    CheckConstraint("mode IN ('off', 'shadow', 'primary')", name="mode_known"),
+)
+
+# Append-only: every flag change, who made it and why. Rows are never updated or deleted.
+flag_audit_table = Table(
+    "flag_audit", metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("origin", String(32), nullable=False),
+    Column("old_mode", String(16)),
+    Column("new_mode", String(16), nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("reason", String(500), nullable=False),
+    Column("at_ms", Ms, nullable=False),
+    Index("ix_flag_audit_origin_at", "origin", "at_ms"),
+)
+
+# Small key/value facts of the bridge itself (the admin token's hash, when the flags were seeded).
+bridge_settings_table = Table(
+    "bridge_settings", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("updated_at_ms", Ms, nullable=False),
+)
+
+# Leases that keep singleton jobs (the reconciler) to one process; PostgreSQL uses an advisory lock instead.
+job_leases_table = Table(
+    "job_leases", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    Column("expires_at_ms", Ms, nullable=False),
+)
+
+# One row per reconcile pass: when, how it ended, and why if it stopped early.
+reconcile_passes_table = Table(
+    "reconcile_passes", metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("started_at_ms", Ms, nullable=False),
+    Column("finished_at_ms", Ms),
+    Column("result", String(16), nullable=False),
+    Column("reason", String(500)),
+    Column("stats", Text, nullable=False, server_default="{}"),
+    Index("ix_reconcile_passes_started", "started_at_ms"),
+)
+
+# Runs a reconcile pass matched to a 2.x instance; what is left over is an orphan. Scratch, per pass.
+reconcile_seen_table = Table(
+    "reconcile_seen", metadata,
+    Column("pass_id", BigInteger, primary_key=True),
+    Column("run_id", String(36), primary_key=True),
+)
+
+# Cutover reports as written to reports/, kept so a promotion can be checked against the latest one.
+cutover_reports_table = Table(
+    "cutover_reports", metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("created_at_ms", Ms, nullable=False),
+    Column("window_start_ms", Ms, nullable=False),
+    Column("window_end_ms", Ms, nullable=False),
+    Column("body", Text, nullable=False),
+    Index("ix_cutover_reports_created", "created_at_ms"),
+)
