@@ -9,10 +9,11 @@ from zoneinfo import ZoneInfo
 import httpx
 from sqlalchemy import Engine
 
-from bridge.config import Settings, local_zone_name
+from bridge.config import ConfigError, Settings, local_zone_name
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
-from bridge.service.ports import Clock, ModeSource, ServiceMetrics, StaticModes
+from bridge.service.flags import CachedModes, FlagService
+from bridge.service.ports import Clock, ModeSource, ServiceMetrics
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import refuse_legacy_database
@@ -55,6 +56,7 @@ class Container:
     metrics: BridgeMetrics
     http: httpx.Client
     store: Store | None = None
+    flags: FlagService | None = None
     interceptor: Any = None  # bridge.web.proxy.CallbackInterceptor, or None for a pure pass-through
     closers: list[Any] = field(default_factory=list)
 
@@ -66,28 +68,69 @@ class Container:
             self.store.close()
 
 
-def build_container(settings: Settings, *, modes: ModeSource | None = None) -> Container:
+def build_flags(store: Store) -> FlagService:
+    from bridge.storage.flags import SqlFlagStore
+
+    return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms)
+
+
+def build_container(settings: Settings, *, schedule_reconciler: bool = False) -> Container:
     """Everything `bridge serve` runs on. Raises BridgeError when 2.x's data directory is not usable."""
     metrics = BridgeMetrics()
     store = build_store(settings, metrics=metrics)
     container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store)
+    container.flags = build_flags(store)
+    modes = CachedModes(container.flags)
     if settings.legacy_database_path is not None:
-        interceptor = build_interceptor(settings, store, metrics, modes or StaticModes(settings.shadow_origins))
+        interceptor = build_interceptor(settings, store, metrics, modes)
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
+        if schedule_reconciler:
+            from projections.schedule import start_reconcile_schedule
+
+            reconciler = build_reconciler(settings, store, metrics, container.flags, modes)
+            scheduler = start_reconcile_schedule(reconciler.run_once, settings.reconcile_interval_s)
+            container.closers.append(lambda: scheduler.shutdown(wait=True))
     return container
+
+
+def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService,
+                     modes: ModeSource | None = None) -> Any:
+    from bridge.reconciler import Reconciler, ReconcileSettings
+    from bridge.storage.reconcile_queries import ReconcileStore
+
+    return Reconciler(
+        ReconcileStore(store.engine), store.runs, _legacy_reader(settings), modes or CachedModes(flags), metrics,
+        SystemClock(), scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        enabled_since=flags.enabled_since,
+        settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
+                                   lookback_s=settings.reconcile_lookback_s))
+
+
+def _legacy_reader(settings: Settings) -> Any:
+    from legacy_adapters.reader import LegacyReader
+
+    if settings.legacy_database_path is None:
+        raise ConfigError("BRIDGE_LEGACY_DATA_DIR", "is required to compare with 2.x")
+    reader = LegacyReader(settings.legacy_database_path)
+    reader.check_is_legacy_database()
+    return reader
+
+
+def _scheduler_mode(settings: Settings) -> str:
+    from legacy_adapters.reader import detect_scheduler_mode
+
+    return settings.legacy_scheduler if settings.legacy_scheduler != "auto" else detect_scheduler_mode()
+
+
+def _legacy_zone(settings: Settings) -> ZoneInfo:
+    return ZoneInfo(settings.legacy_tz or local_zone_name())
 
 
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource) -> Any:
     from bridge.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
-    from legacy_adapters.reader import LegacyReader, detect_scheduler_mode
 
-    assert settings.legacy_database_path is not None
-    reader = LegacyReader(settings.legacy_database_path)
-    reader.check_is_legacy_database()
-    scheduler = settings.legacy_scheduler if settings.legacy_scheduler != "auto" else detect_scheduler_mode()
     return ShadowInterceptor(
-        ShadowRecorder(store.runs), reader, modes, metrics, SystemClock(),
-        budget_ms=settings.shadow_budget_ms, scheduler_mode=scheduler,
-        tz=ZoneInfo(settings.legacy_tz or local_zone_name()))
+        ShadowRecorder(store.runs), _legacy_reader(settings), modes, metrics, SystemClock(),
+        budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings))

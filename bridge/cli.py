@@ -106,26 +106,135 @@ def status() -> None:
 @main.command()
 def serve() -> None:
     """Run the bridge in front of 2.x under gunicorn (configuration: BRIDGE_* variables, see README)."""
+    from functools import partial
+
     from bridge.bootstrap import build_container
-    from bridge.storage.migrate import current_revision, head_revision
     from bridge.web.server import serve as run_server
-    from legacy_adapters.reader import LegacyReader
+
+    settings = _settings()
+    modes = _prepare_serving(settings)
+    click.echo(f"bridge: listening on {settings.listen_host}:{settings.listen_port}, forwarding to "
+               f"{settings.legacy_url}; not off: {modes or 'none (pure pass-through)'}", err=True)
+    run_server(settings, partial(build_container, schedule_reconciler=True))
+
+
+def _prepare_serving(settings: Settings) -> str:
+    """Before listening: the store is current, flags are seeded once, unfinished Runs are checked."""
+    from bridge.bootstrap import build_flags, build_reconciler
+    from bridge.metrics import BridgeMetrics
+    from bridge.recovery import recover_on_startup
+    from bridge.storage.migrate import current_revision, head_revision
+    from bridge.storage.reconcile_queries import ReconcileStore
+
+    store = _store(settings)
+    try:
+        revision, head = current_revision(store.engine), head_revision()
+        if revision != head:
+            _fail(f"the bridge store is at revision {revision or 'empty'}, not {head}: run `bridge db upgrade` first")
+        flags = build_flags(store)
+        flags.seed_once(settings.shadow_origins)
+        if settings.legacy_database_path is not None:
+            reconciler = build_reconciler(settings, store, BridgeMetrics(), flags)  # validates 2.x's files
+            outcomes = recover_on_startup(ReconcileStore(store.engine), store.runs, reconciler.reader)
+            if outcomes:
+                click.echo(f"bridge: startup recovery: {dict(outcomes)}", err=True)
+        return ", ".join(f"{o}={m.value}" for o, m in flags.modes().items() if m.value != "off")
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+        raise
+    finally:
+        store.close()
+
+
+@main.command()
+@click.option("--once", is_flag=True, required=True, help="Run one reconcile pass and exit.")
+def reconcile(once: bool) -> None:
+    """Compare 2.x's tables with the shadow store and record every mismatch."""
+    from bridge.bootstrap import build_flags, build_reconciler
+    from bridge.metrics import BridgeMetrics
 
     settings = _settings()
     store = _store(settings)
     try:
-        revision, head = current_revision(store.engine), head_revision()
-        if settings.legacy_database_path is not None:
-            LegacyReader(settings.legacy_database_path).check_is_legacy_database()
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
+        reconciler = build_reconciler(settings, store, BridgeMetrics(), build_flags(store))
+        result = reconciler.run_once()
+    except (BridgeError, ConfigError) as exc:
+        _fail(str(exc) if isinstance(exc, ConfigError) else f"{exc.code}: {exc.message}")
+        raise
     finally:
         store.close()
-    if revision != head:
-        _fail(f"the bridge store is at revision {revision or 'empty'}, not {head}: run `bridge db upgrade` first")
-    click.echo(f"bridge: listening on {settings.listen_host}:{settings.listen_port}, forwarding to "
-               f"{settings.legacy_url}; shadow: {', '.join(sorted(settings.shadow_origins)) or 'off'}", err=True)
-    run_server(settings, build_container)
+    stats = ", ".join(f"{k} {v}" for k, v in sorted(result.stats.items()))
+    click.echo(f"reconcile: {result.result}" + (f" ({result.reason})" if result.reason else "")
+               + (f"; {stats}" if stats else ""))
+    if result.result == "failed":
+        sys.exit(1)
+
+
+@main.group()
+def flags() -> None:
+    """Per-origin modes: off, shadow, primary (audited)."""
+
+
+@flags.command("show")
+@click.option("--audit", "audit_rows", default=10, show_default=True, help="How many audit rows to show.")
+def flags_show(audit_rows: int) -> None:
+    """Show each origin's mode and the latest flag changes."""
+    from bridge.bootstrap import build_flags
+
+    store = _store(_settings())
+    try:
+        service = build_flags(store)
+        modes, audit = service.modes(), service.audit(limit=audit_rows)
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+        raise
+    finally:
+        store.close()
+    table = Table("origin", "mode")
+    for origin, mode in modes.items():
+        table.add_row(origin, mode.value)
+    console.print(table)
+    history = Table("when (UTC ms)", "origin", "change", "actor", "reason", title="audit (newest first)")
+    for row in audit:
+        history.add_row(str(row.at_ms), row.origin, f"{row.old or '-'} → {row.new}", row.actor, row.reason)
+    console.print(history)
+
+
+@flags.command("set")
+@click.argument("origin")
+@click.argument("mode")
+@click.option("--actor", required=True, help="Who makes the change (kept in the audit).")
+@click.option("--reason", required=True, help="Why (kept in the audit).")
+def flags_set(origin: str, mode: str, actor: str, reason: str) -> None:
+    """Set ORIGIN to MODE (off, shadow or primary); primary needs a passing cutover report."""
+    from bridge.bootstrap import build_flags
+
+    store = _store(_settings())
+    try:
+        change = build_flags(store).set_mode(origin, mode, actor=actor, reason=reason)
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+        raise
+    finally:
+        store.close()
+    click.echo(f"{change.origin}: {change.old or 'off'} → {change.new} (by {change.actor})")
+
+
+@flags.command("admin-token")
+def flags_admin_token() -> None:
+    """Create the admin token of the /bridge/flags endpoint; only its hash is stored. Shown once."""
+    from bridge.bootstrap import build_flags
+    from bridge.service.admin import new_admin_token
+
+    store = _store(_settings())
+    try:
+        token = new_admin_token(build_flags(store))
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+        raise
+    finally:
+        store.close()
+    click.echo(token)
 
 
 @main.command()

@@ -37,6 +37,10 @@ class Settings:
     threads: int = 16
     legacy_tz: str | None = None
     legacy_scheduler: str = "auto"
+    reconcile_interval_s: int = 60
+    reconcile_tolerance_s: int = 2
+    reconcile_grace_s: int = 120
+    reconcile_lookback_s: int = 7 * 86_400
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -72,6 +76,10 @@ class Settings:
             threads=_int(env, "BRIDGE_THREADS", 16, low=1, high=256),
             legacy_tz=_zone(env.get("BRIDGE_LEGACY_TZ") or None),
             legacy_scheduler=_choice(env, "BRIDGE_LEGACY_SCHEDULER", "auto", ("auto", "system", "node")),
+            reconcile_interval_s=_int(env, "BRIDGE_RECONCILE_INTERVAL_S", 60, low=5, high=86_400),
+            reconcile_tolerance_s=_int(env, "BRIDGE_RECONCILE_TOLERANCE_S", 2, low=0, high=3600),
+            reconcile_grace_s=_int(env, "BRIDGE_RECONCILE_GRACE_S", 120, low=0, high=86_400),
+            reconcile_lookback_s=_int(env, "BRIDGE_RECONCILE_LOOKBACK_S", 7 * 86_400, low=60, high=366 * 86_400),
         )
 
     @property

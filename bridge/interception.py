@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 from bridge.domain.errors import BridgeError
 from bridge.domain.model import Mode
 from bridge.metrics import BridgeMetrics
+from bridge.process_identity import ProcProbe
 from bridge.service.ports import Clock, ModeSource, TaskSnapshot
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder, ShadowResult
 from legacy_adapters.callbacks import (
@@ -54,11 +55,13 @@ class PreparedCallback:
     cron_ids: tuple[int, ...]
     received_at_ms: int
     crons_before: dict[int, LegacyCron | None] = field(default_factory=dict)
+    shell_handle: str | None = None
 
 
 class ShadowInterceptor:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, modes: ModeSource, metrics: BridgeMetrics,
-                 clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4) -> None:
+                 clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4,
+                 probe: ProcProbe | None = None) -> None:
         self._recorder = recorder
         self._reader = reader
         self._modes = modes
@@ -67,6 +70,7 @@ class ShadowInterceptor:
         self._budget_s = budget_ms / 1000
         self._scheduler_mode = scheduler_mode
         self._tz = tz
+        self._probe = probe or ProcProbe()
         # One single-thread lane per cron bucket keeps each cron's callbacks in arrival order.
         self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"shadow-{i}") for i in range(lanes)]
         self._pending = threading.BoundedSemaphore(256)
@@ -86,8 +90,12 @@ class ShadowInterceptor:
         if callback.status not in (0, 1) or not callback.ids:
             return None
         ids = tuple(int(i) for i in callback.ids[:MAX_IDS] if float(i).is_integer() and i > 0)
-        before = {cron_id: self._read_cron(cron_id) for cron_id in ids} if callback.is_start else {}
-        return PreparedCallback(callback, ids, received, before)
+        if not callback.is_start:
+            return PreparedCallback(callback, ids, received)
+        # The shell is alive now (it waits for this answer): the one moment its identity can be taken.
+        handle = self._probe.handle_for_shell(callback.pid)
+        before = {cron_id: self._read_cron(cron_id) for cron_id in ids}
+        return PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None)
 
     def after_forward(self, prepared: object, upstream_status: int) -> None:
         if not isinstance(prepared, (PreparedCallback, PreparedStop)) or not 200 <= upstream_status < 300:
@@ -145,7 +153,7 @@ class ShadowInterceptor:
             begin_s = _begin_seconds(callback)
             decision = infer_start_origin(cron, callback.pid, callback.log_path, begin_s, self._scheduler_mode,
                                           self._tz)
-            context = self._context(cron, decision)
+            context = self._context(cron, decision, prepared.shell_handle)
             self._metrics.callback_seen("start", self._modes.mode_for(decision.origin).value)
             return self._recorder.record_start(facts, context) if context else None
         return self._recorder.record_end(facts, lambda: self._context_for_finish_only(cron_id, callback))
@@ -158,7 +166,8 @@ class ShadowInterceptor:
         decision = infer_scheduled_origin(cron, _begin_seconds(callback), self._scheduler_mode, self._tz)
         return self._context(cron, decision)
 
-    def _context(self, cron: LegacyCron, decision: OriginDecision) -> ExecutionContext | None:
+    def _context(self, cron: LegacyCron, decision: OriginDecision,
+                 shell_handle: str | None = None) -> ExecutionContext | None:
         """The context a new Run is accepted with, or None when its origin is not in shadow mode."""
         if self._modes.mode_for(decision.origin) is not Mode.SHADOW:
             return None
@@ -166,7 +175,8 @@ class ShadowInterceptor:
         snapshot = TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id,
                                 name=cron.name, command=cron.command, schedule=cron.schedule,
                                 work_dir=cron.work_dir, log_name=cron.log_name, created_at_ms=self._clock.now_ms())
-        return ExecutionContext(decision.origin, decision.evidence, revision, snapshot)
+        return ExecutionContext(decision.origin, decision.evidence, revision, snapshot,
+                                mode=Mode.SHADOW.value, executor_handle=shell_handle)
 
     def _read_cron(self, cron_id: int) -> LegacyCron | None:
         try:

@@ -61,6 +61,7 @@ class ExecutionContext:
     task_revision: str
     snapshot: TaskSnapshot | None = None
     mode: str = Mode.SHADOW.value
+    executor_handle: str | None = None  # process identity of the shell, taken at its start callback
 
 
 class Outcome(StrEnum):
@@ -127,12 +128,24 @@ class ShadowRecorder:
             for candidate in tx.store.active_candidates(cron_id, CANDIDATE_LIMIT):
                 if candidate.run.owner != Owner.LEGACY.value:
                     continue
-                results.append(_cancel(tx, candidate, f"legacy-stop:{received_at_ms}"))
+                results.append(_cancel(tx, candidate, f"legacy-stop:{received_at_ms}", SHELL, "legacy_stop"))
             return results
 
         return self._runs.transaction(work)
 
-    def _once(self, work: Callable[[RunTransaction], ShadowResult], facts: CallbackFacts) -> ShadowResult:
+    def cancel_run(self, run_id: str, *, actor: Actor, reason: str) -> ShadowResult:
+        """2.x shows the execution stopped (its instance row): cancel the Run, once."""
+        def work(tx: RunTransaction) -> ShadowResult:
+            run = tx.store.get_run(run_id)
+            if run is None or run.is_terminal:
+                return ShadowResult(Outcome.DUPLICATE, run_id, run.origin if run else None)
+            attempts = tx.store.get_attempts(run_id)
+            candidate = ActiveCandidate(run, attempts[-1] if attempts else None)
+            return _cancel(tx, candidate, f"cancel:{reason}", actor, reason)
+
+        return self._once(work, None)
+
+    def _once(self, work: Callable[[RunTransaction], ShadowResult], facts: CallbackFacts | None) -> ShadowResult:
         try:
             return self._runs.transaction(work)
         except (IdempotencyKeyTakenError, DedupeKeyTakenError):
@@ -170,7 +183,8 @@ def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *
     attempt = change.add_attempt(RunAttempt(
         id=tx.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED, executor_type="legacy_shell",
         callback_sequence=0, created_at_ms=tx.at_ms, pid=facts.pid, log_artifact_id=facts.log_ref,
-        synthesized=synthesized), payload={"pid": facts.pid, "log_ref": facts.log_ref, **mark})
+        executor_handle=None if synthesized else ctx.executor_handle, synthesized=synthesized),
+        payload={"pid": facts.pid, "log_ref": facts.log_ref, **mark})
     attempt = change.move_attempt(attempt, AttemptStatus.STARTING, payload=mark)
     change.move_attempt(attempt, AttemptStatus.RUNNING, payload=mark, started_at_ms=started)
     change.move_run(RunStatus.RUNNING, payload=mark, started_at_ms=started)
@@ -203,13 +217,14 @@ def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts)
     return ShadowResult(Outcome.CLOSED, run.id, run.origin)
 
 
-def _cancel(tx: RunTransaction, candidate: ActiveCandidate, dedupe_key: str) -> ShadowResult:
+def _cancel(tx: RunTransaction, candidate: ActiveCandidate, dedupe_key: str, actor: Actor,
+            why: str) -> ShadowResult:
     """Durable cancel first (ADR-0001 13.4), then the outcome 2.x already observed: stopped."""
     run, attempt = candidate.run, candidate.attempt
-    change = tx.begin(run, actor=SHELL, dedupe_key=dedupe_key)
-    reason = {"cancel_reason": "legacy_stop"}
+    change = tx.begin(run, actor=actor, dedupe_key=dedupe_key)
+    reason = {"cancel_reason": why}
     if run.cancel_requested_at_ms is None:
-        change.set_run_fields(cancel_requested_at_ms=tx.at_ms, cancel_reason="legacy_stop")
+        change.set_run_fields(cancel_requested_at_ms=tx.at_ms, cancel_reason=why)
         change.append(EventType.RUN_CANCEL_REQUESTED, reason)
     error = {"error_code": ErrorCode.CANCELLED_BY_USER.value}
     if attempt is not None and not attempt.is_terminal:

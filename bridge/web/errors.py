@@ -30,7 +30,12 @@ ERROR_STATUS: Mapping[str, int] = MappingProxyType({
     "RETRY_NOT_ALLOWED": 409,
     "INVALID_LEGACY_CALLBACK": 400,
     "INVALID_LEGACY_TIME": 400,
+    "INVALID_QUERY": 400,
     "LEGACY_UNAUTHORIZED": 401,
+    "INVALID_FLAG_CHANGE": 400,
+    "PROMOTION_REFUSED": 409,  # a gate is failing; the refusal names it
+    "ADMIN_UNAUTHORIZED": 401,
+    "ADMIN_DISABLED": 403,  # no admin token has been created yet
     "LEGACY_DATABASE": 503,
     "STORE_BUSY": 503,  # transient: the caller may retry
     "STORE_UNAVAILABLE": 503,

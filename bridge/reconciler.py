@@ -1,0 +1,241 @@
+"""Reconciler: one bounded pass comparing 2.x's tables with the shadow store (DESIGN.md section 7).
+
+Everything is read in keyset-paged batches (memory stays flat as data grows) and 2.x's database is only
+ever held for one short read per batch. Each disagreement becomes a mismatch row (and one deduped
+`run.legacy_projection_mismatch` event when it names a Run); mismatches not seen again are closed, not
+deleted. A pass that fails midway records why and leaves the rest to the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import islice
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
+
+from bridge.domain.events import Actor, ActorType, EventType
+from bridge.domain.model import Mode
+from bridge.metrics import BridgeMetrics
+from bridge.process_identity import ProcessHandle, ProcProbe
+from bridge.service.ports import Clock, MismatchRecord, ModeSource
+from bridge.service.run_service import RunService
+from bridge.service.shadow import ShadowRecorder
+from bridge.storage.reconcile_queries import ReconcileStore
+from legacy_adapters.callbacks import log_path_digest
+from legacy_adapters.origin import infer_scheduled_origin
+from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader
+from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.timeconv import epoch_seconds_to_ms
+from projections.reconcile import ACTIVE_RUN_STATUSES, Finding, compare_cron, compare_ended, compare_running
+
+log = logging.getLogger("bridge.reconciler")
+RECONCILER = Actor(ActorType.RECONCILER)
+T = TypeVar("T")
+_PROJECTION_OF_KIND = {"active_state": "crontab_status", "pid": "crontab_pid"}
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    tolerance_s: int = 2
+    grace_s: int = 120
+    lookback_s: int = 7 * 86_400
+    batch_size: int = 500
+    lease_ms: int = 10 * 60_000
+
+
+@dataclass
+class PassResult:
+    result: str  # ok | failed | locked
+    reason: str | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def run_key(cron_id: int | None, pid: int | None, log_path: str | None, started_at_s: float | None) -> str:
+    """The shadow Run key of a 2.x execution (the same one ShadowRecorder uses for its callbacks)."""
+    started = epoch_seconds_to_ms(started_at_s, field="started_at") if started_at_s else None
+    return f"legacy:{cron_id}:{pid}:{log_path_digest(log_path)}:{started}"
+
+
+class Reconciler:
+    def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
+                 metrics: BridgeMetrics, clock: Clock, *, scheduler_mode: str, tz: ZoneInfo,
+                 enabled_since: Callable[[str], int | None] = lambda origin: 0,
+                 settings: ReconcileSettings | None = None, probe: ProcProbe | None = None) -> None:
+        self._store = store
+        self._runs = runs
+        self._recorder = ShadowRecorder(runs)
+        self._reader = reader
+        self._modes = modes
+        self._metrics = metrics
+        self._clock = clock
+        self._scheduler_mode = scheduler_mode
+        self._tz = tz
+        self._enabled_since = enabled_since
+        self._settings = settings or ReconcileSettings()
+        self._probe = probe or ProcProbe()
+        self._holder = f"{socket.gethostname()}:{os.getpid()}"
+        self._cron = lru_cache(maxsize=4096)(self._read_cron)
+
+    @property
+    def reader(self) -> LegacyReader:
+        return self._reader
+
+    def run_once(self) -> PassResult:
+        started = self._clock.now_ms()
+        with self._store.singleton(self._holder, started, self._settings.lease_ms) as held:
+            if not held:
+                self._metrics.reconcile("locked")
+                return PassResult("locked", "another reconciler holds the lock")
+            return self._guarded_pass(started)
+
+    def _guarded_pass(self, started: int) -> PassResult:
+        self._cron.cache_clear()
+        pass_id = self._store.open_pass(started)
+        try:
+            stats = self._pass(pass_id, started)
+        except Exception as exc:  # noqa: BLE001 - any failure ends this pass cleanly; the next one starts over
+            reason = getattr(exc, "code", None) or type(exc).__name__
+            log.warning("reconcile pass %d stopped: %s", pass_id, reason)
+            self._metrics.reconcile("failed")
+            try:
+                self._store.close_pass(pass_id, self._clock.now_ms(), "failed", reason, {})
+            except Exception:  # noqa: BLE001 - the store itself may be what failed
+                log.warning("could not record the failed pass %d", pass_id)
+            return PassResult("failed", reason)
+        stats["resolved"] = self._store.resolve_unseen(started, self._clock.now_ms())
+        self._store.close_pass(pass_id, self._clock.now_ms(), "ok", None, stats)
+        self._metrics.reconcile("ok")
+        return PassResult("ok", None, stats)
+
+    def _pass(self, pass_id: int, now_ms: int) -> dict[str, int]:
+        stats: dict[str, int] = {"instances": 0, "findings": 0, "cancelled": 0, "crons": 0}
+        since_ms = now_ms - self._settings.lookback_s * 1000
+        for batch in chunks(self._reader.iter_instances(batch_size=self._settings.batch_size),
+                            self._settings.batch_size):
+            self._instances(pass_id, batch, since_ms, now_ms, stats)
+        self._orphans_and_duplicates(pass_id, since_ms, now_ms, stats)
+        self._crons(since_ms, now_ms, stats)
+        return stats
+
+    # -- 2.x instances against shadow Runs -----------------------------------------------------------
+
+    def _instances(self, pass_id: int, batch: list[LegacyInstance], since_ms: int, now_ms: int,
+                   stats: dict[str, int]) -> None:
+        window = [i for i in batch if i.started_at and i.started_at * 1000 >= since_ms]
+        keyed = {run_key(i.cron_id, i.pid, i.log_path, i.started_at): i for i in window}
+        runs = self._store.runs_by_keys(list(keyed))
+        self._store.mark_seen(pass_id, sorted({run["id"] for run in runs.values()}))
+        cutoff_s = (now_ms - self._settings.grace_s * 1000) / 1000
+        for key, instance in keyed.items():
+            stats["instances"] += 1
+            if instance.started_at is None or instance.started_at > cutoff_s:
+                continue  # in flight: inside the grace window
+            run = runs.get(key)
+            if run is None:
+                self._maybe_missing(instance)
+            elif run.get("mode") != "legacy_import":
+                self._compare(instance, run, stats)
+
+    def _compare(self, instance: LegacyInstance, run: dict[str, Any], stats: dict[str, int]) -> None:
+        if instance.status == InstanceStatus.RUNNING:
+            handle = ProcessHandle.from_json(run.get("executor_handle"))
+            alive = self._probe.same_process(instance.pid, handle)
+            self._emit(compare_running(instance, run, alive))
+        elif instance.status == InstanceStatus.STOPPED and run["status"] in ACTIVE_RUN_STATUSES:
+            self._recorder.cancel_run(run["id"], actor=RECONCILER, reason="legacy_instance_stopped")
+            stats["cancelled"] += 1
+        else:
+            self._emit(compare_ended(instance, run, self._settings.tolerance_s))
+
+    def _maybe_missing(self, instance: LegacyInstance) -> None:
+        """A 2.x execution with no shadow Run counts only if its origin was being shadowed when it began."""
+        cron = self._cron(instance.cron_id) if instance.cron_id is not None else None
+        origin = infer_scheduled_origin(cron, int(instance.started_at or 0), self._scheduler_mode, self._tz).origin
+        # Without a callback a panel run looks like an ad-hoc one: either could be the truth.
+        candidates = {origin} | ({"manual", "boot"} if origin == "script" else set())
+        started_ms = int((instance.started_at or 0) * 1000)
+        for candidate in candidates:
+            since = self._enabled_since(candidate)
+            if self._modes.mode_for(candidate) is not Mode.OFF and since is not None and started_ms >= since:
+                self._emit([Finding("missing", instance.cron_id, None, instance.id, origin,
+                                    {"legacy": {"status": instance.status, "pid": instance.pid}, "shadow": None})])
+                return
+
+    # -- shadow Runs with no (or two) 2.x executions ------------------------------------------------
+
+    def _orphans_and_duplicates(self, pass_id: int, since_ms: int, now_ms: int, stats: dict[str, int]) -> None:
+        cursor: tuple[int, str] = (since_ms - 1, "")
+        until = now_ms - self._settings.grace_s * 1000
+        while page := self._store.unseen_runs(pass_id, since_ms, until, cursor, self._settings.batch_size):
+            self._emit([Finding("orphan", r["legacy_cron_id"], r["id"], None, r["origin"],
+                                {"legacy": None, "shadow": {"status": r["status"]}}) for r in page])
+            cursor = (page[-1]["created_at_ms"], page[-1]["id"])
+        for group in self._store.duplicate_groups(since_ms, self._settings.batch_size):
+            self._emit([Finding("duplicate", group["legacy_cron_id"], group["last_id"], None, group["origin"],
+                                {"runs": group["n"], "first_run_id": group["first_id"]})])
+
+    # -- Crontabs.status / pid against active Runs --------------------------------------------------
+
+    def _crons(self, since_ms: int, now_ms: int, stats: dict[str, int]) -> None:
+        after = 0
+        cutoff_ms = now_ms - self._settings.grace_s * 1000
+        while ids := self._store.crons_with_runs(since_ms, after, self._settings.batch_size):
+            active = self._store.active_by_cron(ids)
+            for cron_id in ids:
+                stats["crons"] += 1
+                cron = self._cron(cron_id)
+                runs = active.get(cron_id, [])
+                recent = (cron is not None and (cron.last_execution_time or 0) * 1000 > cutoff_ms) or \
+                    any(r["created_at_ms"] > cutoff_ms for r in runs)
+                if cron is not None and not recent:
+                    self._emit(compare_cron(cron_id, cron.status, cron.pid, runs))
+            after = ids[-1]
+
+    # -- recording ---------------------------------------------------------------------------------
+
+    def _emit(self, findings: list[Finding]) -> None:
+        for finding in findings:
+            opened = self._runs.transaction(lambda tx, f=finding: tx.store.record_mismatch(MismatchRecord(
+                kind=f.kind, dedupe_key=f.dedupe_key, seen_at_ms=tx.at_ms, diff=f.diff, origin=f.origin,
+                legacy_cron_id=f.cron_id, run_id=f.run_id)))
+            if opened:
+                self._metrics.projection_mismatch(_PROJECTION_OF_KIND.get(finding.kind, "running_instance"))
+            if opened and finding.run_id is not None:
+                self._mark_run(finding)
+
+    def _mark_run(self, finding: Finding) -> None:
+        fields = sorted(_changed_fields(finding.diff))[:8]
+
+        def mutate(store: Any, change: Any) -> None:
+            change.append(EventType.RUN_LEGACY_PROJECTION_MISMATCH, {"kind": finding.kind, "diff": fields})
+
+        self._runs.change(finding.run_id or "", mutate, actor=RECONCILER, command="reconcile",
+                          dedupe_key=f"mismatch:{finding.dedupe_key}")
+
+    def _read_cron(self, cron_id: int) -> LegacyCron | None:
+        return self._reader.get_cron(cron_id)
+
+
+def _changed_fields(diff: dict[str, Any]) -> set[str]:
+    """Field names a diff touches, for a small event payload (the values stay in the mismatch row).
+
+    DeepDiff sections map paths like ``root['exit_code']`` to changes; hand-made diffs are plain fields.
+    """
+    names: set[str] = set()
+    for section, changes in diff.items():
+        paths = [p for p in (changes if isinstance(changes, (dict, list)) else []) if str(p).startswith("root[")]
+        if not paths:
+            names.add(section)
+        names.update(str(p).removeprefix("root['").split("'")[0] for p in paths)
+    return names

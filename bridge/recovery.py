@@ -1,0 +1,119 @@
+"""Startup recovery (ADR-0001 13.1–13.2): every non-terminal shadow Run is checked against evidence.
+
+2.x's own instance row says how the execution ended; while it still says running, only the recorded
+process identity (boot id, start ticks, process group) can prove the shell alive. Proven running stays
+running (`run.reconciled`), proven ended is completed, anything unprovable becomes `lost` with its reason.
+Never a bulk reset, never a signal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
+from bridge.domain.model import AttemptStatus, RunStatus
+from bridge.process_identity import ProcessHandle, ProcProbe
+from bridge.service.run_service import RunService, RunTransaction
+from bridge.service.shadow import ShadowRecorder
+from bridge.storage.reconcile_queries import ReconcileStore, active_legacy_runs
+from legacy_adapters.callbacks import log_path_digest
+from legacy_adapters.reader import LegacyInstance, LegacyReader
+from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.timeconv import epoch_seconds_to_ms
+
+log = logging.getLogger("bridge.recovery")
+RECONCILER = Actor(ActorType.RECONCILER)
+PAGE = 64  # runs per page (ADR-0448)
+INSTANCES_PER_CRON = 8
+
+
+def recover_on_startup(store: ReconcileStore, runs: RunService, reader: LegacyReader,
+                       probe: ProcProbe | None = None, *, max_pages: int = 32) -> Counter[str]:
+    """Check each non-terminal legacy-owned Run once; returns how many ended in each outcome."""
+    probe = probe or ProcProbe()
+    outcomes: Counter[str] = Counter()
+    cursor: tuple[int, str] = (-1, "")
+    for _ in range(max_pages):
+        page = active_legacy_runs(store, cursor, PAGE)
+        if not page:
+            break
+        for run in page:
+            outcomes[_recover(run, runs, reader, probe)] += 1
+        cursor = (page[-1]["created_at_ms"], page[-1]["id"])
+    if outcomes:
+        log.info("startup recovery: %s", dict(outcomes))
+    return outcomes
+
+
+def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe: ProcProbe) -> str:
+    instance = _evidence(run, reader)
+    if instance is None:
+        return _lost(runs, run, "no_legacy_instance")
+    if instance.status == InstanceStatus.STOPPED:
+        ShadowRecorder(runs).cancel_run(run["id"], actor=RECONCILER, reason="legacy_instance_stopped")
+        return "cancelled"
+    if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
+        return _complete(runs, run, instance)
+    alive = probe.same_process(run["legacy_pid"], ProcessHandle.from_json(run.get("executor_handle")))
+    if alive:
+        runs.change(run["id"], lambda store, change: change.append(
+            EventType.RUN_RECONCILED, {"outcome": "running", "evidence": "process_identity"}),
+            actor=RECONCILER, command="reconcile", dedupe_key=None)
+        return "running"
+    return _lost(runs, run, "process_gone" if alive is False else "process_unprovable")
+
+
+def _evidence(run: dict[str, Any], reader: LegacyReader) -> LegacyInstance | None:
+    """The 2.x instance row of this execution: same pid, same log digest, same begin second."""
+    for instance in reader.instances_for_cron(run["legacy_cron_id"], INSTANCES_PER_CRON):
+        started = epoch_seconds_to_ms(instance.started_at, field="started_at") if instance.started_at else None
+        if (instance.pid == run["legacy_pid"] and log_path_digest(instance.log_path) == run["log_ref"]
+                and started == run["started_at_ms"]):
+            return instance
+    return None
+
+
+def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -> str:
+    failed = instance.status == InstanceStatus.ERROR
+    exit_code = int(instance.exit_code) if instance.exit_code is not None else None
+
+    def work(tx: RunTransaction) -> None:
+        current = tx.store.get_run(run["id"])
+        attempt = tx.store.get_attempt(run["attempt_id"]) if run.get("attempt_id") else None
+        if current is None or current.is_terminal or attempt is None or attempt.is_terminal:
+            return
+        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-end:{run['id']}")
+        error = {"error_code": ErrorCode.PROCESS_EXIT_ERROR.value} if failed else {}
+        finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
+        evidence = {"evidence": "legacy_instance", "legacy_status": int(instance.status or 0)}
+        change.move_attempt(attempt, AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED, payload=evidence,
+                            exit_code=exit_code, finished_at_ms=finished, **error)
+        change.move_run(RunStatus.FAILED if failed else RunStatus.SUCCEEDED, payload=evidence,
+                        finished_at_ms=finished, **error)
+        tx.commit(change)
+
+    runs.transaction(work)
+    return "completed"
+
+
+def _lost(runs: RunService, run: dict[str, Any], reason: str) -> str:
+    def work(tx: RunTransaction) -> None:
+        current = tx.store.get_run(run["id"])
+        if current is None or current.is_terminal or current.status is RunStatus.LOST:
+            return
+        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-lost:{run['id']}:{reason}")
+        attempt = tx.store.get_attempt(run["attempt_id"]) if run.get("attempt_id") else None
+        error = {"error_code": ErrorCode.WORKER_LOST.value, "error_summary": reason}
+        if attempt is not None and not attempt.is_terminal:
+            change.move_attempt(attempt, AttemptStatus.LOST, payload={"reason": reason},
+                                error_code=ErrorCode.WORKER_LOST.value)
+        if current.status in (RunStatus.DISPATCHING, RunStatus.RUNNING):
+            change.move_run(RunStatus.LOST, payload={"reason": reason}, **error)
+        else:  # created / queued: never dispatched as far as we know, so nothing is lost; cancel it
+            change.move_run(RunStatus.CANCELLED, payload={"reason": reason}, error_code=error["error_code"])
+        tx.commit(change)
+
+    runs.transaction(work)
+    return f"lost:{reason}"

@@ -1,0 +1,186 @@
+"""The bridge-store side of reconciliation: bounded lookups, the per-pass scratch table, mismatch upkeep,
+pass history and the singleton lease (PostgreSQL advisory lock, or a lease row on SQLite)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, text, update
+
+from bridge.domain.model import RUN_TERMINAL
+from bridge.storage.engine import READ_ONLY
+from bridge.storage.schema import (
+    job_leases_table,
+    mismatches_table,
+    reconcile_passes_table,
+    reconcile_seen_table,
+    run_attempts_table,
+    runs_table,
+)
+
+_TERMINAL = tuple(s.value for s in RUN_TERMINAL)
+_ADVISORY_KEY = 0x716C6272  # "qlbr": one lock id for the reconciler across replicas
+RECONCILER_KINDS = ("missing", "orphan", "duplicate", "stuck", "active_state", "pid", "terminal_status",
+                    "exit_code", "start_time", "finish_time")
+
+
+class ReconcileStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect().execution_options(**{READ_ONLY: True}) as conn, conn.begin():
+            yield conn
+
+    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Runs (with their latest attempt's fields) for a batch of idempotency keys."""
+        if not keys:
+            return {}
+        r, a = runs_table, run_attempts_table
+        stmt = (select(r.c.id, r.c.idempotency_key, r.c.origin, r.c.status, r.c.mode, r.c.legacy_cron_id,
+                       r.c.created_at_ms, r.c.cancel_requested_at_ms, a.c.id.label("attempt_id"),
+                       a.c.status.label("attempt_status"), a.c.exit_code, a.c.started_at_ms, a.c.finished_at_ms,
+                       a.c.pid, a.c.executor_handle)
+                .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
+                .where(r.c.project_id == "default", r.c.idempotency_key.in_(list(keys))))
+        with self.read() as conn:
+            return {row.idempotency_key: dict(row._mapping) for row in conn.execute(stmt)}
+
+    def mark_seen(self, pass_id: int, run_ids: Sequence[str]) -> None:
+        if run_ids:
+            with self.engine.begin() as conn:
+                conn.execute(insert(reconcile_seen_table), [{"pass_id": pass_id, "run_id": i} for i in run_ids])
+
+    def unseen_runs(self, pass_id: int, since_ms: int, until_ms: int, after: tuple[int, str],
+                    limit: int) -> list[dict[str, Any]]:
+        """Legacy-owned shadow Runs created in the window that no 2.x instance matched, keyset by (created, id)."""
+        r, s = runs_table, reconcile_seen_table
+        seen = select(s.c.run_id).where(s.c.pass_id == pass_id, s.c.run_id == r.c.id).exists()
+        stmt = (select(r.c.id, r.c.origin, r.c.legacy_cron_id, r.c.created_at_ms, r.c.status, r.c.synthesized)
+                .where(r.c.owner == "legacy", r.c.mode != "legacy_import", r.c.created_at_ms >= since_ms,
+                       r.c.created_at_ms <= until_ms, ~seen,
+                       or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
+                .order_by(r.c.created_at_ms, r.c.id).limit(limit))
+        with self.read() as conn:
+            return [dict(row._mapping) for row in conn.execute(stmt)]
+
+    def duplicate_groups(self, since_ms: int, limit: int) -> list[dict[str, Any]]:
+        """(cron, pid, log digest) that more than one shadow Run claims within the window."""
+        r = runs_table
+        stmt = (select(r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref, func.count().label("n"),
+                       func.min(r.c.id).label("first_id"), func.max(r.c.id).label("last_id"),
+                       func.max(r.c.origin).label("origin"))
+                .where(r.c.owner == "legacy", r.c.mode != "legacy_import", r.c.created_at_ms >= since_ms,
+                       r.c.legacy_pid.isnot(None))
+                .group_by(r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref).having(func.count() > 1).limit(limit))
+        with self.read() as conn:
+            return [dict(row._mapping) for row in conn.execute(stmt)]
+
+    def active_by_cron(self, cron_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        """Active shadow Runs of these crons with their latest attempt pid, newest first."""
+        r, a = runs_table, run_attempts_table
+        stmt = (select(r.c.id, r.c.legacy_cron_id, r.c.status, r.c.created_at_ms, r.c.origin, a.c.pid)
+                .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
+                .where(r.c.legacy_cron_id.in_(list(cron_ids)), r.c.status.notin_(_TERMINAL),
+                       r.c.owner == "legacy", r.c.mode != "legacy_import")
+                .order_by(r.c.created_at_ms.desc()))
+        out: dict[int, list[dict[str, Any]]] = {}
+        with self.read() as conn:
+            for row in conn.execute(stmt):
+                out.setdefault(row.legacy_cron_id, []).append(dict(row._mapping))
+        return out
+
+    def crons_with_runs(self, since_ms: int, after_cron: int, limit: int) -> list[int]:
+        r = runs_table
+        stmt = (select(r.c.legacy_cron_id).distinct()
+                .where(r.c.created_at_ms >= since_ms, r.c.legacy_cron_id > after_cron, r.c.owner == "legacy")
+                .order_by(r.c.legacy_cron_id).limit(limit))
+        with self.read() as conn:
+            return [row[0] for row in conn.execute(stmt)]
+
+    # -- passes and mismatches -----------------------------------------------------------------------
+
+    def open_pass(self, at_ms: int) -> int:
+        with self.engine.begin() as conn:
+            result = conn.execute(insert(reconcile_passes_table).values(started_at_ms=at_ms, result="running"))
+            return int(result.inserted_primary_key[0])
+
+    def close_pass(self, pass_id: int, at_ms: int, result: str, reason: str | None, stats: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(reconcile_passes_table).where(reconcile_passes_table.c.id == pass_id).values(
+                finished_at_ms=at_ms, result=result, reason=reason, stats=json.dumps(stats, sort_keys=True)))
+            conn.execute(delete(reconcile_seen_table).where(reconcile_seen_table.c.pass_id == pass_id))
+
+    def last_pass(self) -> dict[str, Any] | None:
+        t = reconcile_passes_table
+        with self.read() as conn:
+            row = conn.execute(select(t).order_by(t.c.id.desc()).limit(1)).first()
+        return dict(row._mapping) if row else None
+
+    def resolve_unseen(self, since_ms: int, at_ms: int) -> int:
+        """Close reconciler mismatches this pass did not see again (never deleted)."""
+        t = mismatches_table
+        with self.engine.begin() as conn:
+            return conn.execute(update(t).where(t.c.resolved_at_ms.is_(None), t.c.kind.in_(RECONCILER_KINDS),
+                                                t.c.last_seen_ms < since_ms).values(resolved_at_ms=at_ms)).rowcount
+
+    def open_mismatches(self, kind: str | None = None) -> list[dict[str, Any]]:
+        t = mismatches_table
+        stmt = select(t).where(t.c.resolved_at_ms.is_(None)).order_by(t.c.id)
+        if kind is not None:
+            stmt = stmt.where(t.c.kind == kind)
+        with self.read() as conn:
+            return [dict(row._mapping) for row in conn.execute(stmt)]
+
+    # -- one reconciler at a time --------------------------------------------------------------------
+
+    @contextmanager
+    def singleton(self, holder: str, now_ms: int, lease_ms: int) -> Iterator[bool]:
+        """Yields True when this process holds the reconciler lock for the pass, False when another does."""
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.connect() as conn:
+                got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _ADVISORY_KEY}).scalar())
+                conn.commit()
+                try:
+                    yield got
+                finally:
+                    if got:
+                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
+                        conn.commit()
+            return
+        got = self._take_lease(holder, now_ms, lease_ms)
+        try:
+            yield got
+        finally:
+            if got:
+                with self.engine.begin() as conn:
+                    conn.execute(delete(job_leases_table).where(job_leases_table.c.name == "reconciler",
+                                                                job_leases_table.c.holder == holder))
+
+    def _take_lease(self, holder: str, now_ms: int, lease_ms: int) -> bool:
+        t = job_leases_table
+        with self.engine.begin() as conn:  # BEGIN IMMEDIATE on SQLite: one taker at a time
+            row = conn.execute(select(t.c.holder, t.c.expires_at_ms).where(t.c.name == "reconciler")).first()
+            if row is not None and row.expires_at_ms > now_ms and row.holder != holder:
+                return False
+            conn.execute(delete(t).where(t.c.name == "reconciler"))
+            conn.execute(insert(t).values(name="reconciler", holder=holder, expires_at_ms=now_ms + lease_ms))
+            return True
+
+
+def active_legacy_runs(store: ReconcileStore, after: tuple[int, str], limit: int) -> list[dict[str, Any]]:
+    """Non-terminal legacy-owned shadow Runs with attempt 1, keyset by (created_at_ms, id)."""
+    r, a = runs_table, run_attempts_table
+    stmt = (select(r.c.id, r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref, r.c.started_at_ms, r.c.created_at_ms,
+                   r.c.status, r.c.origin, a.c.id.label("attempt_id"), a.c.status.label("attempt_status"),
+                   a.c.executor_handle)
+            .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
+            .where(r.c.status.notin_(_TERMINAL), r.c.owner == "legacy", r.c.mode != "legacy_import",
+                   or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
+            .order_by(r.c.created_at_ms, r.c.id).limit(limit))
+    with store.read() as conn:
+        return [dict(row._mapping) for row in conn.execute(stmt)]
