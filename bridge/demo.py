@@ -7,7 +7,9 @@ the shadow store recorded. It stops everything it started.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -65,7 +67,8 @@ def lay_out(root: Path) -> tuple[LegacyDataDir, Crons]:
 @contextmanager
 def bridge_process(env: dict[str, str], url: str) -> Iterator[subprocess.Popen[bytes]]:
     """`bridge serve` as a child process, up when /healthz answers; always stopped afterwards."""
-    proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env,
+    # Its own process group, so the gunicorn workers go with it whatever happens to the master.
+    proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
@@ -87,6 +90,8 @@ def bridge_process(env: dict[str, str], url: str) -> Iterator[subprocess.Popen[b
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # a worker left behind by a killed master
 
 
 class Shell:

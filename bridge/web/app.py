@@ -20,10 +20,14 @@ def create_app(container: Container) -> Flask:
     app.url_map.merge_slashes = False
     app.extensions[EXTENSION] = container
 
+    from bridge.web.admin import admin
+    from bridge.web.api_v3 import api_v3
     from bridge.web.health import health
     from bridge.web.proxy import proxy
 
     app.register_blueprint(health)
+    app.register_blueprint(admin)  # /bridge/flags: the operator's, behind the admin token
+    app.register_blueprint(api_v3)  # before the proxy: /v3 is the bridge's own and never reaches 2.x
     app.register_blueprint(proxy)  # last: it takes every method and path nothing else claimed
     register_error_handlers(app)
     return app

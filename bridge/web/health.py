@@ -26,8 +26,9 @@ def healthz() -> tuple[Response, int]:
     container = current_container()
     store = check_store(container.store)
     upstream = check_upstream(container.http, container.settings.legacy_url)
+    reconciler = check_reconciler(container.store, container.settings.reconcile_interval_s)
     ok = store["status"] in ("ok", "disabled") and upstream["status"] == "ok"
-    response = jsonify(status="ok" if ok else "degraded", store=store, upstream=upstream)
+    response = jsonify(status="ok" if ok else "degraded", store=store, upstream=upstream, reconciler=reconciler)
     response.headers["Cache-Control"] = "no-store"
     return response, 200 if ok else 503
 
@@ -49,6 +50,27 @@ def check_store(store: Store | None) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"; the type is enough to act on
         return {"status": "error", "error": type(exc).__name__}  # a driver message can carry the DSN
     return {"status": "ok", "latency_ms": _ms_since(started)}
+
+
+def check_reconciler(store: Store | None, interval_s: int) -> dict[str, Any]:
+    """The last reconcile pass: when, how it ended, why it stopped; "stale" when none ran for 3 intervals.
+
+    Informational: a failing reconciler does not make the pass-through unhealthy.
+    """
+    if store is None:
+        return {"status": "disabled"}
+    from bridge.storage.reconcile_queries import ReconcileStore
+
+    try:
+        last = ReconcileStore(store.engine).last_pass()
+    except Exception as exc:  # noqa: BLE001 - reported, never raised: health must answer
+        return {"status": "error", "error": type(exc).__name__}
+    if last is None:
+        return {"status": "never_run"}
+    age_s = (time.time() * 1000 - last["started_at_ms"]) / 1000
+    state = last["result"] if age_s <= 3 * interval_s else "stale"
+    return {"status": state, "last_started_at_ms": last["started_at_ms"], "last_result": last["result"],
+            "reason": last["reason"]}
 
 
 def check_upstream(http: httpx.Client, legacy_url: str) -> dict[str, Any]:

@@ -1,0 +1,154 @@
+"""Operating a live bridge: flags flipped with an execution in flight, the admin endpoint, the CLI's
+answers to bad input, restart recovery after a crash, and metrics labels that never carry ids."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bridge.demo import CURL_HEADERS, bridge_process, free_port
+from bridge.storage.engine import make_engine
+from bridge.storage.migrate import upgrade
+from bridge.storage.reconcile_queries import ReconcileStore
+from legacy_adapters.callbacks import log_path_digest, render_status_body
+from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from legacy_adapters.testing.double import Legacy2xDouble
+
+NOW = int(time.time())
+BEGIN = NOW - 3600 - NOW % 3600 + 1  # matches "0 * * * *": a scheduled_system run
+
+
+@dataclass
+class Site:
+    env: dict[str, str]
+    url: str
+    data: LegacyDataDir
+    store: ReconcileStore
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "bridge.cli", *args], env=self.env, capture_output=True,
+                              text=True, timeout=60)
+
+    def status(self, body: bytes, url: str | None = None) -> httpx.Response:
+        headers = {**CURL_HEADERS, "Authorization": f"Bearer {self.data.system_token}"}
+        return httpx.put(f"{url or self.url}/open/crons/status?t=1", content=body, headers=headers, timeout=10)
+
+    def run(self, cron: int, pid: int, log: str) -> dict[str, object] | None:
+        key = f"legacy:{cron}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}"
+        return next(iter(self.store.runs_by_keys([key]).values()), None)
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[tuple[Site, Legacy2xDouble]]:
+    data = create_legacy_data_dir(tmp_path / "ql")
+    store_url = f"sqlite:///{tmp_path / 'bridge.sqlite'}"
+    engine = make_engine(store_url)
+    upgrade(engine)
+    port = free_port()
+    with Legacy2xDouble(data).start() as double:
+        env = {**os.environ, "BRIDGE_LISTEN": f"127.0.0.1:{port}", "BRIDGE_LEGACY_URL": double.url,
+               "BRIDGE_LEGACY_DATA_DIR": str(data.root), "BRIDGE_DATABASE_URL": store_url,
+               "BRIDGE_SHADOW_ORIGINS": "scheduled_system,manual", "BRIDGE_LEGACY_TZ": "UTC",
+               "BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_SHADOW_BUDGET_MS": "2000", "BRIDGE_DATA_DIR": str(tmp_path)}
+        yield Site(env, f"http://127.0.0.1:{port}", data, ReconcileStore(engine)), double
+    engine.dispose()
+
+
+def test_flipping_a_flag_affects_only_new_executions(site: tuple[Site, Legacy2xDouble]) -> None:
+    s, _ = site
+    cron = s.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    with bridge_process(s.env, s.url):
+        s.status(render_status_body(cron, 0, 101, "in-flight.log", BEGIN))
+        flipped = s.cli("flags", "set", "scheduled_system", "off", "--actor", "ops", "--reason", "rollback drill")
+        assert flipped.returncode == 0, flipped.stderr
+        time.sleep(1.2)  # the bridge re-reads flags at most once a second
+        s.status(render_status_body(cron, 1, 101, "in-flight.log", BEGIN, 3, 0))
+        s.status(render_status_body(cron, 0, 102, "after-flip.log", BEGIN))
+    in_flight = s.run(cron, 101, "in-flight.log")
+    assert in_flight is not None and (in_flight["status"], in_flight["mode"]) == ("succeeded", "shadow")
+    assert s.run(cron, 102, "after-flip.log") is None  # accepted under off: not recorded
+
+
+def test_the_admin_endpoint_needs_the_admin_token_and_audits_changes(site: tuple[Site, Legacy2xDouble]) -> None:
+    s, double = site
+    with bridge_process(s.env, s.url):
+        assert httpx.get(f"{s.url}/bridge/flags").json()["error"]["code"] == "ADMIN_DISABLED"
+        token = s.cli("flags", "admin-token").stdout.strip()
+        assert len(token) >= 32
+        assert httpx.get(f"{s.url}/bridge/flags", headers={"Authorization": "Bearer nope"}).status_code == 401
+        auth = {"Authorization": f"Bearer {token}"}
+        shown = httpx.get(f"{s.url}/bridge/flags", headers=auth).json()
+        assert shown["modes"]["scheduled_system"] == "shadow"  # seeded from BRIDGE_SHADOW_ORIGINS
+        changed = httpx.put(f"{s.url}/bridge/flags/boot", headers=auth,
+                            json={"mode": "shadow", "actor": "alice", "reason": "measure boot runs"})
+        assert changed.status_code == 200 and changed.json()["new"] == "shadow"
+        refused = httpx.put(f"{s.url}/bridge/flags/boot", headers=auth,
+                            json={"mode": "primary", "actor": "alice", "reason": "go"})
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "PROMOTION_REFUSED"
+        assert httpx.get(f"{s.url}/bridge/flags", headers=auth).json()["audit"][0]["actor"] == "alice"
+    assert not [r for r in double.requests() if r.path.startswith("/bridge")]  # never forwarded to 2.x
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["flags", "set", "nightly", "shadow", "--actor", "a", "--reason", "r"], "unknown origin"),
+    (["flags", "set", "manual", "sideways", "--actor", "a", "--reason", "r"], "unknown mode"),
+    (["flags", "set", "manual", "shadow", "--reason", "r"], "actor and a reason"),
+    (["flags", "set", "manual", "shadow", "--actor", "a"], "actor and a reason"),
+])
+def test_bad_flag_commands_answer_one_line_and_change_nothing(site: tuple[Site, Legacy2xDouble], args: list[str],
+                                                              needle: str) -> None:
+    s, _ = site
+    result = s.cli(*args)
+    assert result.returncode != 0 and needle in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "manual" in s.cli("flags", "show").stdout and "→" not in s.cli("flags", "show").stdout
+
+
+def test_a_crashed_bridge_checks_every_unfinished_run_on_restart(site: tuple[Site, Legacy2xDouble]) -> None:
+    s, double = site
+    cron = s.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    shell = subprocess.Popen(["bash", "-c", "sleep 60; true"])
+    try:
+        time.sleep(0.2)
+        with bridge_process(s.env, s.url) as proc:
+            s.status(render_status_body(cron, 0, shell.pid, "alive.log", BEGIN))
+            s.status(render_status_body(cron, 0, 4_000_001, "unprovable.log", BEGIN))
+            s.status(render_status_body(cron, 0, 202, "ended.log", BEGIN))
+            os.killpg(proc.pid, signal.SIGKILL)  # crash: master and workers, no shutdown of any kind
+            proc.wait()
+        s.status(render_status_body(cron, 1, 202, "ended.log", BEGIN, 3, 0), url=double.url)  # went around it
+        with bridge_process(s.env, s.url):
+            alive, unprovable, ended = (s.run(cron, shell.pid, "alive.log"), s.run(cron, 4_000_001, "unprovable.log"),
+                                        s.run(cron, 202, "ended.log"))
+    finally:
+        shell.kill()
+        shell.wait()
+    assert alive is not None and alive["status"] == "running"
+    assert unprovable is not None and unprovable["status"] == "lost"
+    assert ended is not None and ended["status"] == "succeeded"
+
+
+def test_metrics_labels_never_carry_ids_or_commands(site: tuple[Site, Legacy2xDouble]) -> None:
+    s, _ = site
+    cron = s.data.add_cron("secret", "task secret_job_54321.sh", "0 * * * *")
+    with bridge_process(s.env, s.url):
+        s.status(render_status_body(cron, 0, 777, "secret_job_54321/x.log", BEGIN))
+        s.status(render_status_body(cron, 1, 777, "secret_job_54321/x.log", BEGIN, 2, 3))
+        s.status(render_status_body(99999, 0, 1, "ghost.log", BEGIN))
+        body = httpx.get(f"{s.url}/metrics").text
+    run = s.run(cron, 777, "secret_job_54321/x.log")
+    assert run is not None
+    labels = " ".join(re.findall(r"\{([^}]*)\}", body))
+    for forbidden in (str(run["id"]), "secret_job", "99999", "777", s.data.system_token):
+        assert forbidden not in labels
+    assert 'shadow_run_create_total{origin="scheduled_system"} 1.0' in body
