@@ -88,6 +88,10 @@ runs_table = Table(
     Index("ix_runs_status_queued", "status", "queued_at_ms"),
     Index("ix_runs_status_cancel_requested", "status", "cancel_requested_at_ms"),
     Index("ix_runs_legacy_cron_status", "legacy_cron_id", "status", "created_at_ms"),
+    # Keyset pages of the v3 API and the reconciler, and its duplicate check.
+    Index("ix_runs_created_id", "created_at_ms", "id"),
+    Index("ix_runs_origin_created", "origin", "created_at_ms"),
+    Index("ix_runs_cron_pid_log", "legacy_cron_id", "legacy_pid", "log_ref"),
     Index("ux_runs_project_id_idempotency_key", "project_id", "idempotency_key", unique=True,
           sqlite_where=Column("idempotency_key").isnot(None),
           postgresql_where=Column("idempotency_key").isnot(None)),
