@@ -170,6 +170,27 @@ def reconcile(once: bool) -> None:
         sys.exit(1)
 
 
+@main.command()
+@click.option("--since", default=None, help="Window start: RFC 3339, YYYY-MM-DD, or 24h / 7d (default 7d).")
+@click.option("--origin", default=None, help="Only this origin (default: all).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default: reports/).")
+def report(since: str | None, origin: str | None, out_dir: Path | None) -> None:
+    """Write a cutover-readiness report (JSON and HTML) per origin, with a verdict per gate."""
+    from bridge.reporting import run_report
+
+    settings = _settings()
+    try:
+        json_path, html_path = run_report(settings, since=since, origin=origin, out_dir=out_dir)
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+        raise
+    click.echo(f"report written: {json_path} and {html_path}")
+
+
 @main.group()
 def flags() -> None:
     """Per-origin modes: off, shadow, primary (audited)."""
@@ -203,8 +224,8 @@ def flags_show(audit_rows: int) -> None:
 @flags.command("set")
 @click.argument("origin")
 @click.argument("mode")
-@click.option("--actor", required=True, help="Who makes the change (kept in the audit).")
-@click.option("--reason", required=True, help="Why (kept in the audit).")
+@click.option("--actor", default="", help="Who makes the change (required; kept in the audit).")
+@click.option("--reason", default="", help="Why (required; kept in the audit).")
 def flags_set(origin: str, mode: str, actor: str, reason: str) -> None:
     """Set ORIGIN to MODE (off, shadow or primary); primary needs a passing cutover report."""
     from bridge.bootstrap import build_flags

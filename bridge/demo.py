@@ -202,11 +202,23 @@ def run_demo(workdir: Path, console: Console) -> None:
                     step()
                     progress.advance(task)
             metrics = client.get("/metrics").text
+    report_paths = _report(database_url, data, workdir)
     table, events, mismatches = summary(database_url)
     console.print(table)
     console.print(f"{sum(events.values())} events; {events.get('attempt.late_callback_ignored', 0)} late callbacks "
                   f"ignored; {mismatches} unplaced callbacks kept as mismatch rows.")
     failed = [line for line in metrics.splitlines() if line.startswith("shadow_write_failed_total{")]
     console.print(f"shadow write failures: {len(failed) and sum(float(x.rsplit(' ', 1)[1]) for x in failed):g}")
+    console.print(f"Cutover report: {report_paths[1]} (and {report_paths[0].name}); with this little traffic every "
+                  "gate says insufficient data, as it should.")
     console.print("Look next: " f"BRIDGE_DATABASE_URL={database_url} bridge status · "
                   "the run/attempt/event rows in that file · `bridge serve` in front of your own 2.x (README).")
+
+
+def _report(database_url: str, data: LegacyDataDir, workdir: Path) -> tuple[Path, Path]:
+    from bridge.config import Settings
+    from bridge.reporting import run_report
+
+    settings = Settings.from_env({"BRIDGE_DATABASE_URL": database_url, "BRIDGE_LEGACY_DATA_DIR": str(data.root),
+                                  "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_LEGACY_SCHEDULER": "system"})
+    return run_report(settings, out_dir=workdir / "reports", console=Console(stderr=True, quiet=True))

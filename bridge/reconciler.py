@@ -86,6 +86,7 @@ class Reconciler:
         self._probe = probe or ProcProbe()
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
         self._cron = lru_cache(maxsize=4096)(self._read_cron)
+        self._findings = 0
 
     @property
     def reader(self) -> LegacyReader:
@@ -120,12 +121,14 @@ class Reconciler:
 
     def _pass(self, pass_id: int, now_ms: int) -> dict[str, int]:
         stats: dict[str, int] = {"instances": 0, "findings": 0, "cancelled": 0, "crons": 0}
+        self._findings = 0
         since_ms = now_ms - self._settings.lookback_s * 1000
         for batch in chunks(self._reader.iter_instances(batch_size=self._settings.batch_size),
                             self._settings.batch_size):
             self._instances(pass_id, batch, since_ms, now_ms, stats)
         self._orphans_and_duplicates(pass_id, since_ms, now_ms, stats)
         self._crons(since_ms, now_ms, stats)
+        stats["findings"] = self._findings
         return stats
 
     # -- 2.x instances against shadow Runs -----------------------------------------------------------
@@ -205,6 +208,7 @@ class Reconciler:
     # -- recording ---------------------------------------------------------------------------------
 
     def _emit(self, findings: list[Finding]) -> None:
+        self._findings += len(findings)
         for finding in findings:
             opened = self._runs.transaction(lambda tx, f=finding: tx.store.record_mismatch(MismatchRecord(
                 kind=f.kind, dedupe_key=f.dedupe_key, seen_at_ms=tx.at_ms, diff=f.diff, origin=f.origin,

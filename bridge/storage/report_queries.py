@@ -1,0 +1,179 @@
+"""The bridge-store side of the cutover report: bounded, read-only lookups, plus the cutover_reports rows.
+
+Every read is a grouped count, a lookup by a caller-sized batch of keys, or a keyset page; nothing loads a
+whole table. Reads run as plain deferred transactions, so on SQLite they never take the write lock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, or_, select
+from sqlalchemy.exc import DBAPIError
+
+from bridge.storage.engine import READ_ONLY
+from bridge.storage.errors import translate_operational_error
+from bridge.storage.schema import (
+    cutover_reports_table,
+    mismatches_table,
+    origin_flags_table,
+    run_attempts_table,
+    run_events_table,
+    runs_table,
+)
+
+PROJECT_ID = "default"  # shadow Runs live in the default project (bridge/service/shadow.py)
+LEGACY_IMPORT = "legacy_import"
+CALLBACK_KINDS = ("compat.unmatched_callback", "compat.ambiguous_callback")
+SHADOW_WRITE_FAILED = "compat.shadow_write_failed"
+DAY_MS = 86_400_000
+MAX_KEYS = 1000  # one IN list; callers send batches of at most this many keys
+
+
+class ReportQueries:
+    """Read-only queries behind ``bridge report``; ``save_report`` is the one write."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect().execution_options(**{READ_ONLY: True}) as conn, conn.begin():
+                yield conn
+        except DBAPIError as exc:
+            raise translate_operational_error(exc) from exc
+
+    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Shadow Runs for a batch of idempotency keys: key, id, origin, mode, status, started/finished_at_ms and
+        the exit_code of the latest attempt, in one query. Raises ValueError above MAX_KEYS keys."""
+        if not keys:
+            return {}
+        if len(keys) > MAX_KEYS:
+            raise ValueError(f"at most {MAX_KEYS} keys per lookup, got {len(keys)}")
+        r, a = runs_table, run_attempts_table
+        latest_exit = (select(a.c.exit_code).where(a.c.run_id == r.c.id).order_by(a.c.attempt.desc()).limit(1)
+                       .correlate(r).scalar_subquery())
+        stmt = (select(r.c.idempotency_key.label("key"), r.c.id, r.c.origin, r.c.mode, r.c.status,
+                       latest_exit.label("exit_code"), r.c.started_at_ms, r.c.finished_at_ms)
+                .where(r.c.project_id == PROJECT_ID, r.c.idempotency_key.in_(list(dict.fromkeys(keys)))))
+        with self._read() as conn:
+            return {row.key: dict(row._mapping) for row in conn.execute(stmt)}
+
+    def runs_created_by_origin(self, since_ms: int, until_ms: int) -> dict[str | None, int]:
+        """Runs created in the window per origin, legacy imports left out."""
+        r = runs_table
+        stmt = (select(r.c.origin, func.count()).where(r.c.created_at_ms >= since_ms, r.c.created_at_ms <= until_ms,
+                                                       _not_imported()).group_by(r.c.origin))
+        with self._read() as conn:
+            return {origin: int(n) for origin, n in conn.execute(stmt)}
+
+    def open_mismatch_counts(self) -> dict[tuple[str | None, str], int]:
+        """Open (unresolved) mismatches per (origin, kind)."""
+        t = mismatches_table
+        stmt = (select(t.c.origin, t.c.kind, func.count()).where(t.c.resolved_at_ms.is_(None))
+                .group_by(t.c.origin, t.c.kind))
+        with self._read() as conn:
+            return {(origin, kind): int(n) for origin, kind, n in conn.execute(stmt)}
+
+    def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` open mismatches of one (origin, kind), newest first."""
+        t = mismatches_table
+        where = t.c.origin.is_(None) if origin is None else t.c.origin == origin
+        stmt = (select(t.c.kind, t.c.origin, t.c.legacy_cron_id, t.c.run_id, t.c.first_seen_ms, t.c.last_seen_ms,
+                       t.c.occurrences, t.c.diff)
+                .where(t.c.resolved_at_ms.is_(None), t.c.kind == kind, where)
+                .order_by(t.c.first_seen_ms.desc(), t.c.id.desc()).limit(limit))
+        with self._read() as conn:
+            return [dict(row._mapping) for row in conn.execute(stmt)]
+
+    def stale_mismatch_counts(self, kinds: Sequence[str], before_ms: int) -> dict[str | None, int]:
+        """Open mismatches of ``kinds`` first seen before ``before_ms``, per origin."""
+        if not kinds:
+            return {}
+        t = mismatches_table
+        stmt = (select(t.c.origin, func.count())
+                .where(t.c.resolved_at_ms.is_(None), t.c.kind.in_(list(kinds)), t.c.first_seen_ms < before_ms)
+                .group_by(t.c.origin))
+        with self._read() as conn:
+            return {origin: int(n) for origin, n in conn.execute(stmt)}
+
+    def callback_counts(self, since_ms: int, until_ms: int) -> dict[tuple[str | None, str], int]:
+        """Unmatched / ambiguous callbacks first seen in the window (resolved or not), per (origin, kind)."""
+        t = mismatches_table
+        stmt = (select(t.c.origin, t.c.kind, func.count())
+                .where(t.c.kind.in_(CALLBACK_KINDS), t.c.first_seen_ms >= since_ms, t.c.first_seen_ms <= until_ms)
+                .group_by(t.c.origin, t.c.kind))
+        with self._read() as conn:
+            return {(origin, kind): int(n) for origin, kind, n in conn.execute(stmt)}
+
+    def unattributed_callbacks(self, since_ms: int, until_ms: int, after_id: int, limit: int) -> list[dict[str, Any]]:
+        """One keyset page (by id) of the window's callback mismatches that carry no origin."""
+        t = mismatches_table
+        stmt = (select(t.c.id, t.c.kind, t.c.legacy_cron_id, t.c.diff)
+                .where(t.c.kind.in_(CALLBACK_KINDS), t.c.origin.is_(None), t.c.first_seen_ms >= since_ms,
+                       t.c.first_seen_ms <= until_ms, t.c.id > after_id)
+                .order_by(t.c.id).limit(limit))
+        with self._read() as conn:
+            return [dict(row._mapping) for row in conn.execute(stmt)]
+
+    def mismatch_timeline(self, since_ms: int, until_ms: int,
+                          origins: Sequence[str | None] | None = None) -> list[tuple[int, str, int]]:
+        """(UTC day number, kind, mismatches opened) for mismatches first seen in the window; ``origins`` limits
+        it to those origins (None in the list: mismatches without one)."""
+        t = mismatches_table
+        day = (t.c.first_seen_ms // DAY_MS).label("day")
+        stmt = (select(day, t.c.kind, func.count())
+                .where(t.c.first_seen_ms >= since_ms, t.c.first_seen_ms <= until_ms)
+                .group_by(day, t.c.kind).order_by(day, t.c.kind))
+        if origins is not None:
+            named = [o for o in origins if o is not None]
+            stmt = stmt.where(or_(t.c.origin.in_(named), t.c.origin.is_(None)) if None in origins
+                              else t.c.origin.in_(named))
+        with self._read() as conn:
+            return [(int(d), kind, int(n)) for d, kind, n in conn.execute(stmt)]
+
+    def shadow_write_failures(self, since_ms: int, until_ms: int) -> dict[str | None, int]:
+        """``compat.shadow_write_failed`` events appended in the window, per origin of their Run."""
+        e, r = run_events_table, runs_table
+        stmt = (select(r.c.origin, func.count()).select_from(e.join(r, r.c.id == e.c.run_id))
+                .where(e.c.type == SHADOW_WRITE_FAILED, e.c.created_at_ms >= since_ms, e.c.created_at_ms <= until_ms)
+                .group_by(r.c.origin))
+        with self._read() as conn:
+            return {origin: int(n) for origin, n in conn.execute(stmt)}
+
+    def origin_modes(self) -> dict[str, str]:
+        """The stored flag per origin (origins without a row are absent)."""
+        t = origin_flags_table
+        with self._read() as conn:
+            return {row.origin: row.mode for row in conn.execute(select(t.c.origin, t.c.mode))}
+
+    def save_report(self, body_json: str, window: tuple[int, int], *, created_at_ms: int) -> int:
+        """Store a report body; returns its id."""
+        try:
+            with self.engine.begin() as conn:
+                result = conn.execute(insert(cutover_reports_table).values(
+                    created_at_ms=created_at_ms, window_start_ms=window[0], window_end_ms=window[1], body=body_json))
+                return int(result.inserted_primary_key[0])
+        except DBAPIError as exc:
+            raise translate_operational_error(exc) from exc
+
+    def latest_report(self) -> dict[str, Any] | None:
+        """The newest stored report body, parsed; None when there is none or it cannot be read."""
+        t = cutover_reports_table
+        with self._read() as conn:
+            body = conn.execute(select(t.c.body).order_by(t.c.created_at_ms.desc(), t.c.id.desc()).limit(1)).scalar()
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            return None  # an unreadable report passes no gate
+        return parsed if isinstance(parsed, dict) else None
+
+
+def _not_imported() -> Any:
+    # `mode != 'legacy_import'` alone would also drop Runs whose mode is NULL.
+    return or_(runs_table.c.mode.is_(None), runs_table.c.mode != LEGACY_IMPORT)
+
