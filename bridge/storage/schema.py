@@ -253,3 +253,35 @@ cutover_reports_table = Table(
     Column("body", Text, nullable=False),
     Index("ix_cutover_reports_created", "created_at_ms"),
 )
+
+# Primary mode: one row per Run change that 2.x's columns must follow, written in the same transaction as
+# the change. The projector applies rows in order per cron; a row that keeps failing is parked, never
+# dropped (DESIGN.md section 6).
+projection_outbox_table = Table(
+    "projection_outbox", metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("legacy_cron_id", BigInteger, nullable=False),
+    Column("run_id", String(36), nullable=False),
+    Column("attempt_id", String(36)),
+    Column("event", String(16), nullable=False),
+    Column("created_at_ms", Ms, nullable=False),
+    Column("state", String(16), nullable=False, server_default="pending"),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at_ms", Ms, nullable=False),
+    Column("last_error", String(200)),
+    Column("applied_at_ms", Ms),
+    CheckConstraint("state IN ('pending', 'applied', 'parked')", name="state_known"),
+    CheckConstraint("event IN ('start', 'end', 'cancel')", name="event_known"),
+    Index("ix_projection_outbox_state_due", "state", "next_attempt_at_ms", "id"),
+    Index("ix_projection_outbox_cron_state", "legacy_cron_id", "state", "id"),
+)
+
+# Which 2.x RunningInstances row stands for which Attempt: found again by this mapping, never by pid.
+legacy_instance_map_table = Table(
+    "legacy_instance_map", metadata,
+    Column("attempt_id", String(36), primary_key=True),
+    Column("legacy_instance_id", BigInteger, nullable=False),
+    Column("legacy_cron_id", BigInteger, nullable=False),
+    Column("created_at_ms", Ms, nullable=False),
+    UniqueConstraint("legacy_instance_id"),
+)
