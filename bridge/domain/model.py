@@ -176,6 +176,7 @@ class RunAttempt:
     error_code: str | None = None
     error_summary: str | None = None
     synthesized: bool = False
+    legacy_log_path: str | None = None  # primary mode only: what the 2.x projection writes back
 
     @property
     def is_terminal(self) -> bool:

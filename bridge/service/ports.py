@@ -106,6 +106,11 @@ class RunStore(Protocol):
         """Insert the snapshot unless that revision is already stored."""
         ...
 
+    def enqueue_projection(self, legacy_cron_id: int, run_id: str, attempt_id: str | None, event: str,
+                           at_ms: int) -> None:
+        """Primary mode: add a pending projection outbox row, in the caller's transaction."""
+        ...
+
     def record_mismatch(self, record: MismatchRecord) -> bool:
         """Open a mismatch row, or bump last_seen/occurrences of the one with that dedupe key.
 

@@ -34,6 +34,7 @@ class _State:
     events: dict[str, list[RunEvent]] = field(default_factory=dict)
     snapshots: dict[str, TaskSnapshot] = field(default_factory=dict)
     mismatches: dict[str, dict[str, object]] = field(default_factory=dict)
+    outbox: list[dict[str, object]] = field(default_factory=list)
 
 
 class InMemoryRunStore:
@@ -90,6 +91,11 @@ class InMemoryRunStore:
 
     def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
         self._s.snapshots.setdefault(snapshot.task_revision, snapshot)
+
+    def enqueue_projection(self, legacy_cron_id: int, run_id: str, attempt_id: str | None, event: str,
+                           at_ms: int) -> None:
+        self._s.outbox.append({"id": len(self._s.outbox) + 1, "legacy_cron_id": legacy_cron_id, "run_id": run_id,
+                               "attempt_id": attempt_id, "event": event, "created_at_ms": at_ms, "state": "pending"})
 
     def record_mismatch(self, record: MismatchRecord) -> bool:
         row = self._s.mismatches.get(record.dedupe_key)

@@ -22,6 +22,7 @@ from bridge.service.ports import ActiveCandidate, MismatchRecord, TaskSnapshot
 from bridge.storage.errors import translate_integrity_error
 from bridge.storage.schema import (
     mismatches_table,
+    projection_outbox_table,
     run_attempts_table,
     run_events_table,
     runs_table,
@@ -266,3 +267,9 @@ class SqlRunStore:
             dedupe_key=record.dedupe_key, first_seen_ms=record.seen_at_ms, last_seen_ms=record.seen_at_ms,
             occurrences=1, diff=json.dumps(record.diff, sort_keys=True, default=str)))
         return True
+
+    def enqueue_projection(self, legacy_cron_id: int, run_id: str, attempt_id: str | None, event: str,
+                           at_ms: int) -> None:
+        self._conn.execute(insert(projection_outbox_table).values(
+            legacy_cron_id=legacy_cron_id, run_id=run_id, attempt_id=attempt_id, event=event, created_at_ms=at_ms,
+            state="pending", attempts=0, next_attempt_at_ms=at_ms))

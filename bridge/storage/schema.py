@@ -121,6 +121,8 @@ run_attempts_table = Table(
     Column("error_code", String(64)),
     Column("error_summary", String(500)),
     Column("synthesized", Boolean, nullable=False, server_default="0"),
+    # Primary mode only: 2.x's log_path, which the projection writes back. Shadow attempts keep the digest.
+    Column("legacy_log_path", Text),
     UniqueConstraint("run_id", "attempt"),
     CheckConstraint("attempt >= 1", name="attempt_positive"),
     CheckConstraint("callback_sequence >= 0", name="callback_sequence_nonnegative"),
