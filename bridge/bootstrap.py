@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -127,10 +128,14 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
     return ZoneInfo(settings.legacy_tz or local_zone_name())
 
 
-def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource) -> Any:
+def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
+                      on_primary_commit: Callable[[], None] = lambda: None) -> Any:
     from bridge.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
+    from legacy_adapters.auth import LegacyTokenAuthority
 
+    assert settings.legacy_keyv_path is not None
     return ShadowInterceptor(
         ShadowRecorder(store.runs), _legacy_reader(settings), modes, metrics, SystemClock(),
-        budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings))
+        budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        auth=LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit)

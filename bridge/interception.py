@@ -13,17 +13,22 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import TypeAlias
 from zoneinfo import ZoneInfo
 
+from bridge.answers import LocalAnswer
 from bridge.domain.errors import BridgeError
-from bridge.domain.model import Mode
+from bridge.domain.model import Mode, Owner
 from bridge.metrics import BridgeMetrics
+from bridge.primary import PrimaryAnswerer
 from bridge.process_identity import ProcProbe
 from bridge.service.ports import Clock, ModeSource, TaskSnapshot
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder, ShadowResult
+from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
     StatusCallback,
     decode_json_body,
@@ -40,6 +45,7 @@ from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 log = logging.getLogger("bridge.shadow")
 STATUS_PATHS = frozenset({"/open/crons/status", "/api/crons/status"})
 STOP_PATHS = frozenset({"/open/crons/stop", "/api/crons/stop"})
+PRIMARY_PATH = "/open/crons/status"  # the task shell's route; panel calls on /api keep going to 2.x
 MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
 
 
@@ -58,10 +64,14 @@ class PreparedCallback:
     shell_handle: str | None = None
 
 
+Prepared: TypeAlias = PreparedCallback | PreparedStop | LocalAnswer
+
+
 class ShadowInterceptor:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, modes: ModeSource, metrics: BridgeMetrics,
                  clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4,
-                 probe: ProcProbe | None = None) -> None:
+                 probe: ProcProbe | None = None, auth: LegacyTokenAuthority | None = None,
+                 on_primary_commit: Callable[[], None] = lambda: None) -> None:
         self._recorder = recorder
         self._reader = reader
         self._modes = modes
@@ -71,12 +81,13 @@ class ShadowInterceptor:
         self._scheduler_mode = scheduler_mode
         self._tz = tz
         self._probe = probe or ProcProbe()
+        self._primary = PrimaryAnswerer(recorder, auth, metrics, clock, on_primary_commit) if auth else None
         # One single-thread lane per cron bucket keeps each cron's callbacks in arrival order.
         self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"shadow-{i}") for i in range(lanes)]
         self._pending = threading.BoundedSemaphore(256)
 
-    def before_forward(self, path: str, body: bytes) -> PreparedCallback | PreparedStop | None:
-        if not self._modes.any_enabled():
+    def before_forward(self, path: str, body: bytes, headers: Mapping[str, str] | None = None) -> Prepared | None:
+        if not self._modes.any_enabled() and not (self._primary and self._primary.owns_active_runs()):
             return None
         received = self._clock.now_ms()
         if path in STOP_PATHS:
@@ -91,11 +102,44 @@ class ShadowInterceptor:
             return None
         ids = tuple(int(i) for i in callback.ids[:MAX_IDS] if float(i).is_integer() and i > 0)
         if not callback.is_start:
-            return PreparedCallback(callback, ids, received)
+            prepared = PreparedCallback(callback, ids, received)
+            return self._answer_if_bridge_owned(path, prepared, headers) or prepared
         # The shell is alive now (it waits for this answer): the one moment its identity can be taken.
         handle = self._probe.handle_for_shell(callback.pid)
         before = {cron_id: self._read_cron(cron_id) for cron_id in ids}
-        return PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None)
+        prepared = PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None)
+        return self._answer_if_primary(path, prepared, headers) or prepared
+
+    # -- primary mode: the bridge answers ----------------------------------------------------------
+
+    def _answer_if_primary(self, path: str, prepared: PreparedCallback,
+                           headers: Mapping[str, str] | None) -> LocalAnswer | None:
+        """A start of an origin in primary mode is accepted by the bridge, which answers it itself."""
+        if self._primary is None or path != PRIMARY_PATH or len(prepared.cron_ids) != 1:
+            return None
+        cron = prepared.crons_before.get(prepared.cron_ids[0])
+        if cron is None:
+            return None  # 2.x does not know the id: let 2.x say so
+        callback = prepared.callback
+        decision = infer_start_origin(cron, callback.pid, callback.log_path, _begin_seconds(callback),
+                                      self._scheduler_mode, self._tz)
+        if self._modes.mode_for(decision.origin) is not Mode.PRIMARY:
+            return None
+        context = self._context(cron, decision, prepared.shell_handle, mode=Mode.PRIMARY)
+        assert context is not None
+        facts = _facts(callback, cron.id, prepared.received_at_ms, keep_log_path=True)
+        return self._primary.answer(headers, lambda: self._recorder.record_start(facts, context))
+
+    def _answer_if_bridge_owned(self, path: str, prepared: PreparedCallback,
+                                headers: Mapping[str, str] | None) -> LocalAnswer | None:
+        """An end of an execution the bridge accepted stays the bridge's, even after a demotion."""
+        if self._primary is None or path != PRIMARY_PATH or len(prepared.cron_ids) != 1 \
+                or not prepared.callback.is_end or not self._primary.owns_active_runs():
+            return None
+        facts = _facts(prepared.callback, prepared.cron_ids[0], prepared.received_at_ms, keep_log_path=True)
+        if self._recorder.owner_of_end(facts) != Owner.BRIDGE.value:
+            return None
+        return self._primary.answer(headers, lambda: self._recorder.record_end(facts, lambda: None))
 
     def after_forward(self, prepared: object, upstream_status: int) -> None:
         if not isinstance(prepared, (PreparedCallback, PreparedStop)) or not 200 <= upstream_status < 300:
@@ -166,17 +210,17 @@ class ShadowInterceptor:
         decision = infer_scheduled_origin(cron, _begin_seconds(callback), self._scheduler_mode, self._tz)
         return self._context(cron, decision)
 
-    def _context(self, cron: LegacyCron, decision: OriginDecision,
-                 shell_handle: str | None = None) -> ExecutionContext | None:
-        """The context a new Run is accepted with, or None when its origin is not in shadow mode."""
-        if self._modes.mode_for(decision.origin) is not Mode.SHADOW:
+    def _context(self, cron: LegacyCron, decision: OriginDecision, shell_handle: str | None = None,
+                 mode: Mode = Mode.SHADOW) -> ExecutionContext | None:
+        """The context a new Run is accepted with, or None when its origin is not in that mode."""
+        if self._modes.mode_for(decision.origin) is not mode:
             return None
         revision = task_revision(cron)
         snapshot = TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id,
                                 name=cron.name, command=cron.command, schedule=cron.schedule,
                                 work_dir=cron.work_dir, log_name=cron.log_name, created_at_ms=self._clock.now_ms())
         return ExecutionContext(decision.origin, decision.evidence, revision, snapshot,
-                                mode=Mode.SHADOW.value, executor_handle=shell_handle)
+                                mode=mode.value, executor_handle=shell_handle)
 
     def _read_cron(self, cron_id: int) -> LegacyCron | None:
         try:
@@ -210,7 +254,8 @@ def _begin_seconds(callback: StatusCallback) -> int | None:
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int) -> CallbackFacts:
+def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int, *,
+           keep_log_path: bool = False) -> CallbackFacts:
     """Seconds become milliseconds here, through the one conversion module, never by hand."""
     started = (epoch_seconds_to_ms(callback.last_execution_time, field="last_execution_time")
                if callback.last_execution_time is not None else None)
@@ -220,7 +265,7 @@ def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int) -> Callb
     exit_code = int(callback.exit_code) if callback.exit_code is not None else None
     return CallbackFacts(cron_id=cron_id, pid=callback.pid, log_ref=log_path_digest(callback.log_path),
                          started_at_ms=started, duration_ms=duration, exit_code=exit_code,
-                         received_at_ms=received_at_ms)
+                         received_at_ms=received_at_ms, log_path=callback.log_path if keep_log_path else None)
 
 
 def _error_label(exc: BridgeError) -> str:

@@ -106,6 +106,10 @@ class RunStore(Protocol):
         """Insert the snapshot unless that revision is already stored."""
         ...
 
+    def has_active_runs_owned_by(self, owner: str) -> bool:
+        """Whether any non-terminal Run has this owner."""
+        ...
+
     def enqueue_projection(self, legacy_cron_id: int, run_id: str, attempt_id: str | None, event: str,
                            at_ms: int) -> None:
         """Primary mode: add a pending projection outbox row, in the caller's transaction."""

@@ -27,7 +27,7 @@ EVENT_LIST_PARAMETERS = frozenset({"after", "limit"})
 
 # Never shown: keys and hashes that only the bridge's own correlation and leasing use.
 INTERNAL_RUN_FIELDS = frozenset({"idempotency_key", "request_fingerprint"})
-INTERNAL_ATTEMPT_FIELDS = frozenset({"callback_token_hash", "lease_token"})
+INTERNAL_ATTEMPT_FIELDS = frozenset({"callback_token_hash", "lease_token", "legacy_log_path"})  # paths stay in 2.x
 INTERNAL_EVENT_FIELDS = frozenset({"dedupe_key"})
 # "_ms" columns that hold a length of time, not an instant: they get no RFC 3339 sibling.
 DURATION_FIELDS = frozenset({"duration_ms"})

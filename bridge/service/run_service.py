@@ -188,6 +188,12 @@ class RunService:
             self._metrics.events_appended(changes.events)
         return result
 
+    def read(self, work: Callable[[RunTransaction], R]) -> R:
+        """Run ``work`` in one read-only transaction (it must not commit changes)."""
+        at_ms = self._clock.now_ms()
+        return self._uow.read(lambda store: work(RunTransaction(store, at_ms=at_ms, new_id=self._new_id,
+                                                                cap=self._cap)))
+
     # -- commands ------------------------------------------------------------------------------
 
     def create_run(self, cmd: CreateRun, build: Callable[[RunStore, RunChange], None] | None = None) -> CreateRunResult:

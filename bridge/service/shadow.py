@@ -42,6 +42,7 @@ class CallbackFacts:
     duration_ms: int | None  # from last_running_time
     exit_code: int | None
     received_at_ms: int
+    log_path: str | None = None  # raw 2.x log_path: kept only for bridge-owned (primary) executions
 
     @property
     def execution_key(self) -> str:
@@ -62,6 +63,11 @@ class ExecutionContext:
     snapshot: TaskSnapshot | None = None
     mode: str = Mode.SHADOW.value
     executor_handle: str | None = None  # process identity of the shell, taken at its start callback
+
+    @property
+    def owner(self) -> str:
+        """Who answers the shell for this execution, fixed now for its whole life."""
+        return Owner.BRIDGE.value if self.mode == Mode.PRIMARY.value else Owner.LEGACY.value
 
 
 class Outcome(StrEnum):
@@ -126,8 +132,6 @@ class ShadowRecorder:
         def work(tx: RunTransaction) -> list[ShadowResult]:
             results = []
             for candidate in tx.store.active_candidates(cron_id, CANDIDATE_LIMIT):
-                if candidate.run.owner != Owner.LEGACY.value:
-                    continue
                 results.append(_cancel(tx, candidate, f"legacy-stop:{received_at_ms}", SHELL, "legacy_stop"))
             return results
 
@@ -144,6 +148,17 @@ class ShadowRecorder:
             return _cancel(tx, candidate, f"cancel:{reason}", actor, reason)
 
         return self._once(work, None)
+
+    def has_active_bridge_runs(self) -> bool:
+        return self._runs.read(lambda tx: tx.store.has_active_runs_owned_by(Owner.BRIDGE.value))
+
+    def owner_of_end(self, facts: CallbackFacts) -> str | None:
+        """The owner of the one active Run an end callback would close, or None (read only, no guess)."""
+        def work(tx: RunTransaction) -> str | None:
+            matched = correlate(tx.store.active_candidates(facts.cron_id, CANDIDATE_LIMIT), facts)
+            return matched[0].run.owner if len(matched) == 1 else None
+
+        return self._runs.read(work)
 
     def _once(self, work: Callable[[RunTransaction], ShadowResult], facts: CallbackFacts | None) -> ShadowResult:
         try:
@@ -173,7 +188,7 @@ def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *
         id=tx.new_id(), project_id=PROJECT_ID, task_id=f"legacy-cron:{facts.cron_id}", task_revision=ctx.task_revision,
         trigger_type="legacy_callback", status=RunStatus.CREATED, version=0, event_sequence=0,
         created_at_ms=tx.at_ms, legacy_cron_id=facts.cron_id, idempotency_key=facts.execution_key,
-        origin=ctx.origin, origin_evidence=ctx.evidence, mode=ctx.mode, owner=Owner.LEGACY.value,
+        origin=ctx.origin, origin_evidence=ctx.evidence, mode=ctx.mode, owner=ctx.owner,
         legacy_pid=facts.pid, log_ref=facts.log_ref, synthesized=synthesized, received_at_ms=facts.received_at_ms,
     )
     mark = _SYNTH if synthesized else {}
@@ -183,14 +198,17 @@ def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *
     attempt = change.add_attempt(RunAttempt(
         id=tx.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED, executor_type="legacy_shell",
         callback_sequence=0, created_at_ms=tx.at_ms, pid=facts.pid, log_artifact_id=facts.log_ref,
-        executor_handle=None if synthesized else ctx.executor_handle, synthesized=synthesized),
+        executor_handle=None if synthesized else ctx.executor_handle, synthesized=synthesized,
+        legacy_log_path=facts.log_path if ctx.owner == Owner.BRIDGE.value else None),
         payload={"pid": facts.pid, "log_ref": facts.log_ref, **mark})
     attempt = change.move_attempt(attempt, AttemptStatus.STARTING, payload=mark)
     change.move_attempt(attempt, AttemptStatus.RUNNING, payload=mark, started_at_ms=started)
     change.move_run(RunStatus.RUNNING, payload=mark, started_at_ms=started)
     if ctx.snapshot is not None:
         tx.store.put_task_snapshot(ctx.snapshot)
-    return tx.commit(change).run
+    committed = tx.commit(change).run
+    _project(tx, committed, attempt.id, "start")
+    return committed
 
 
 def _reload(tx: RunTransaction, run: Run) -> tuple[Run, RunAttempt | None]:
@@ -214,6 +232,7 @@ def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts)
     change.move_run(RunStatus.FAILED if failed else RunStatus.SUCCEEDED, payload=_exit(facts),
                     duration_ms=facts.duration_ms, finished_at_ms=facts.received_at_ms, **error)
     tx.commit(change)
+    _project(tx, run, attempt.id, "end")
     return ShadowResult(Outcome.CLOSED, run.id, run.origin)
 
 
@@ -231,7 +250,14 @@ def _cancel(tx: RunTransaction, candidate: ActiveCandidate, dedupe_key: str, act
         change.move_attempt(attempt, AttemptStatus.CANCELLED, payload=reason, **error)
     change.move_run(RunStatus.CANCELLED, payload=reason, **error)
     tx.commit(change)
+    _project(tx, run, attempt.id if attempt else None, "cancel")
     return ShadowResult(Outcome.CANCELLED, run.id, run.origin)
+
+
+def _project(tx: RunTransaction, run: Run, attempt_id: str | None, event: str) -> None:
+    """Primary mode: 2.x's columns follow the change, through an outbox row in the same transaction."""
+    if run.owner == Owner.BRIDGE.value and run.legacy_cron_id is not None:
+        tx.store.enqueue_projection(run.legacy_cron_id, run.id, attempt_id, event, tx.at_ms)
 
 
 def _bring_attempt_to_running(change: RunChange, attempt: RunAttempt) -> RunAttempt:

@@ -92,6 +92,9 @@ class InMemoryRunStore:
     def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
         self._s.snapshots.setdefault(snapshot.task_revision, snapshot)
 
+    def has_active_runs_owned_by(self, owner: str) -> bool:
+        return any(r.owner == owner and not r.is_terminal for r in self._s.runs.values())
+
     def enqueue_projection(self, legacy_cron_id: int, run_id: str, attempt_id: str | None, event: str,
                            at_ms: int) -> None:
         self._s.outbox.append({"id": len(self._s.outbox) + 1, "legacy_cron_id": legacy_cron_id, "run_id": run_id,

@@ -273,3 +273,8 @@ class SqlRunStore:
         self._conn.execute(insert(projection_outbox_table).values(
             legacy_cron_id=legacy_cron_id, run_id=run_id, attempt_id=attempt_id, event=event, created_at_ms=at_ms,
             state="pending", attempts=0, next_attempt_at_ms=at_ms))
+
+    def has_active_runs_owned_by(self, owner: str) -> bool:
+        r = runs_table
+        cond = and_(r.c.owner == owner, r.c.status.notin_(_TERMINAL_VALUES))
+        return bool(self._conn.execute(select(exists().where(cond))).scalar())

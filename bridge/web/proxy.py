@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
@@ -17,6 +17,7 @@ import httpx
 from flask import Blueprint, Response, request
 from werkzeug.datastructures import Headers
 
+from bridge.answers import LocalAnswer
 from bridge.web import current_container
 
 if TYPE_CHECKING:
@@ -44,7 +45,9 @@ _JSON_2X = "application/json; charset=utf-8"  # what Express's res.send(object) 
 class CallbackInterceptor(Protocol):
     """Sees a status callback before and after 2.x does; must not raise and keeps its own time budget."""
 
-    def before_forward(self, path: str, body: bytes) -> object | None: ...
+    def before_forward(self, path: str, body: bytes, headers: Mapping[str, str]) -> object | None:
+        """Return None or a token for after_forward; a LocalAnswer means "answer this yourself" (primary)."""
+        ...
 
     def after_forward(self, prepared: object, upstream_status: int) -> None: ...
 
@@ -73,6 +76,8 @@ def forward(path: str) -> Response:
     body = request.get_data(cache=True)
     interceptor = container.interceptor if is_status_callback(request.method, target) else None
     prepared = _before_forward(interceptor, target, body) if interceptor is not None else None
+    if isinstance(prepared, LocalAnswer):  # primary mode: the bridge is the truth and answers the shell
+        return Response(prepared.body, status=prepared.status, content_type=prepared.content_type)
     upstream = build_upstream_request(container.settings.legacy_url, request.method, target, request.headers, body)
     try:
         response, content = _send(container, upstream)
@@ -172,7 +177,7 @@ def _raw_body(response: httpx.Response) -> bytes:
 
 def _before_forward(interceptor: CallbackInterceptor, target: bytes, body: bytes) -> object | None:
     try:
-        return interceptor.before_forward(target.partition(b"?")[0].decode("ascii"), body)
+        return interceptor.before_forward(target.partition(b"?")[0].decode("ascii"), body, request.headers)
     except Exception as exc:  # noqa: BLE001 - fail-open: the callback must reach 2.x regardless
         _interceptor_failed("before_forward", exc)
         return None

@@ -36,7 +36,7 @@ class RecordingInterceptor:
         self.calls = calls
         self.fail_in = fail_in
 
-    def before_forward(self, path: str, body: bytes) -> object | None:
+    def before_forward(self, path: str, body: bytes, headers: Any = None) -> object | None:
         self.calls.append(("before", path, body))
         if self.fail_in == "before":
             raise RuntimeError(f"boom {body!r} {TOKEN}")
