@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from sqlalchemy import Connection, Dialect, Executable, and_, bindparam, exists, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bridge.domain.aggregate import AttemptWrite, ChangeSet
@@ -249,10 +251,10 @@ class SqlRunStore:
         return [ActiveCandidate(run, latest.get(run.id)) for run in runs]
 
     def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
-        t = task_snapshots_table
-        known = self._conn.execute(select(exists().where(t.c.task_revision == snapshot.task_revision))).scalar()
-        if not known:
-            self._conn.execute(insert(t).values(asdict(snapshot)))
+        # ON CONFLICT DO NOTHING: concurrent first runs of one revision must not fail each other.
+        dialect_insert = postgresql_insert if self._conn.dialect.name == "postgresql" else sqlite_insert
+        self._conn.execute(dialect_insert(task_snapshots_table).values(asdict(snapshot))
+                           .on_conflict_do_nothing(index_elements=["task_revision"]))
 
     def record_mismatch(self, record: MismatchRecord) -> bool:
         t = mismatches_table

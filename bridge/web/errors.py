@@ -37,6 +37,8 @@ ERROR_STATUS: Mapping[str, int] = MappingProxyType({
     "ADMIN_UNAUTHORIZED": 401,
     "ADMIN_DISABLED": 403,  # no admin token has been created yet
     "LEGACY_DATABASE": 503,
+    "LEGACY_BUSY": 503,  # transient: 2.x's database is locked right now
+    "PROJECTION_HALTED": 503,  # 2.x's database cannot take the projection; nothing was applied
     "STORE_BUSY": 503,  # transient: the caller may retry
     "STORE_UNAVAILABLE": 503,
     "SCHEMA_MISMATCH": 503,  # the store needs `bridge db upgrade`; nothing the caller did wrong

@@ -1,0 +1,148 @@
+"""The projector wired up: a daemon thread that drains the projection outbox into 2.x, plus CLI helpers.
+
+Composition level: this module builds SqlOutbox and LegacyStatusWriter and hands them to the pure
+Projector. ``notify()`` after a primary commit wakes it at once; otherwise it polls every interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from bridge.config import Settings
+from bridge.domain.errors import BridgeError
+from bridge.service.clock import SystemClock
+from bridge.service.ports import Clock
+from bridge.storage.outbox import SqlOutbox
+from legacy_adapters.status_writer import LegacyStatusWriter
+from projections.relay import ProjectionHaltedError, ProjectionMetrics, Projector
+
+log = logging.getLogger("bridge.projection")
+
+HALTED_RETRY_S = 30.0
+LEASE_MS = 10_000
+BATCH = 100
+
+
+def build_projector(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
+                    clock: Clock | None = None, **options: Any) -> Projector:
+    """A Projector over the bridge store and 2.x's database.sqlite."""
+    return Projector(SqlOutbox(engine), LegacyStatusWriter(legacy_database_path), metrics, clock or SystemClock(),
+                     **options)
+
+
+class ProjectorThread:
+    """Runs ``projector.run_once`` when notified or every ``interval_s``, until ``close()``."""
+
+    def __init__(self, projector: Projector, interval_s: float = 0.2, *, halted_retry_s: float = HALTED_RETRY_S,
+                 lease: Callable[[], bool] | None = None, on_close: Callable[[], None] | None = None,
+                 name: str = "bridge-projector") -> None:
+        self._projector = projector
+        self._interval_s = interval_s
+        self._halted_retry_s = halted_retry_s
+        self._lease = lease
+        self._on_close = on_close
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._halted: str | None = None
+        self._last_error: str | None = None
+        self.passes = 0
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> ProjectorThread:
+        self._thread.start()
+        return self
+
+    def notify(self) -> None:
+        """A primary commit wrote outbox rows: project them now rather than at the next tick."""
+        self._wake.set()
+
+    @property
+    def halted(self) -> str | None:
+        """Why the projector is halted (a LEGACY_DATABASE reason), or None while it runs normally."""
+        return self._halted
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        if self._on_close is not None:
+            self._on_close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()  # before the pass: a notify() during it triggers the next one at once
+            if self._pass():
+                continue  # a full batch: more rows are probably due
+            if self._halted is not None:
+                self._stop.wait(self._halted_retry_s)  # slowly; notify() does not hurry a broken database
+            else:
+                self._wake.wait(self._interval_s)
+
+    def _pass(self) -> bool:
+        try:
+            if self._lease is not None and not self._lease():
+                return False
+            counts = self._projector.run_once(BATCH)
+        except ProjectionHaltedError as exc:
+            if self._halted != exc.reason:
+                log.error("%s: %s", exc.code, exc.message)  # once per reason, not every 30 s
+            self._halted = exc.reason
+            return False
+        except Exception as exc:  # noqa: BLE001 - the thread must survive; the next pass retries
+            kind = exc.code if isinstance(exc, BridgeError) else type(exc).__name__
+            if kind != self._last_error:
+                log.error("projection pass failed: %s (will retry)", kind)  # no message: it may hold paths
+            self._last_error = kind
+            return False
+        finally:
+            self.passes += 1
+        if self._halted is not None:
+            log.warning("projection resumed: the 2.x database accepts writes again")
+        self._halted = self._last_error = None
+        return sum(counts.values()) >= BATCH
+
+
+def start_projector_thread(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
+                           interval_s: float = 0.2) -> ProjectorThread:
+    """The serving projector: one per store (a lease row keeps other processes out), already started."""
+    outbox = SqlOutbox(engine)
+    holder = f"projector-{uuid.uuid4().hex[:12]}"
+    clock = SystemClock()
+    projector = Projector(outbox, LegacyStatusWriter(legacy_database_path), metrics, clock)
+    thread = ProjectorThread(projector, interval_s,
+                             lease=lambda: outbox.hold_lease(holder, clock.now_ms(), LEASE_MS),
+                             on_close=lambda: outbox.release_lease(holder))
+    return thread.start()
+
+
+def requeue_parked(settings: Settings) -> int:
+    """`bridge projection retry`: every parked row goes back to pending with a fresh retry budget."""
+    from bridge.bootstrap import build_store
+
+    store = build_store(settings)
+    try:
+        return SqlOutbox(store.engine).requeue_parked(SystemClock().now_ms())
+    finally:
+        store.close()
+
+
+def projection_status(engine: Engine, now_ms: int | None = None, examples: int = 5) -> dict[str, Any]:
+    """Outbox rows by state, the age of the oldest pending row, and a few parked rows (ids and codes only)."""
+    outbox = SqlOutbox(engine)
+    now = SystemClock().now_ms() if now_ms is None else now_ms
+    oldest = outbox.oldest_pending_created_at_ms()
+    return {
+        "counts": outbox.counts(),
+        "oldest_pending_age_ms": None if oldest is None else max(0, now - oldest),
+        "parked": [{"id": row.id, "legacy_cron_id": row.legacy_cron_id, "event": row.event,
+                    "attempts": row.attempts, "last_error": row.last_error}
+                   for row in outbox.parked(examples)],
+    }

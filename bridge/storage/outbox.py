@@ -1,0 +1,218 @@
+"""SqlOutbox: the projection outbox, the Attempt -> 2.x instance mapping and the facts the projector reads.
+
+SQLAlchemy Core on SQLite and PostgreSQL alike; every method is one short transaction. Reads touch only
+bridge-owned Runs (owner = 'bridge') and are bounded: the newest rows per status come from the
+(legacy_cron_id, status, created_at_ms) index, never a scan of a cron's whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from typing import Any
+
+from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, union_all, update
+from sqlalchemy.exc import IntegrityError
+
+from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL
+from bridge.storage.engine import READ_ONLY
+from bridge.storage.schema import (
+    job_leases_table,
+    legacy_instance_map_table,
+    projection_outbox_table,
+    run_attempts_table,
+    runs_table,
+)
+from projections.legacy_status import RunFacts
+from projections.relay import CronFacts, OutboxRow
+
+ACTIVE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
+RECENT_LIMIT = 64
+STATES = ("pending", "applied", "parked")
+_OWNER = "bridge"
+_LEASE = "projector"
+_o, _r, _a, _m = projection_outbox_table, runs_table, run_attempts_table, legacy_instance_map_table
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(OutboxRow))
+
+
+def _row(mapping: Any) -> OutboxRow:
+    return OutboxRow(**{name: mapping[name] for name in _ROW_FIELDS})
+
+
+def _facts(run: Any, attempt: Any | None) -> RunFacts:
+    a = attempt or {}
+    return RunFacts(
+        run_id=run["id"], cron_id=int(run["legacy_cron_id"]), status=run["status"],
+        created_at_ms=run["created_at_ms"], started_at_ms=run["started_at_ms"],
+        finished_at_ms=run["finished_at_ms"], duration_ms=run["duration_ms"],
+        attempt_id=a.get("id"), attempt_status=a.get("status"), pid=a.get("pid"),
+        legacy_log_path=a.get("legacy_log_path"), exit_code=a.get("exit_code"),
+        attempt_started_at_ms=a.get("started_at_ms"), attempt_finished_at_ms=a.get("finished_at_ms"),
+    )
+
+
+class SqlOutbox:
+    """The projector's OutboxPort over one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(**{READ_ONLY: True})
+            with conn.begin():
+                yield conn
+
+    # -- what to apply -------------------------------------------------------------------------------
+
+    def due(self, now_ms: int, limit: int) -> list[OutboxRow]:
+        """Pending rows due by ``now_ms``, only the oldest pending row of each cron, ordered by id.
+
+        A later row of a cron waits while an older one is pending (in backoff, say), so each cron's rows
+        land strictly in order. Parked rows do not block: the projection is derived from current facts.
+        """
+        older = _o.alias("older")
+        oldest_pending = (select(func.min(older.c.id))
+                          .where(older.c.legacy_cron_id == _o.c.legacy_cron_id, older.c.state == "pending")
+                          .scalar_subquery())
+        stmt = (select(_o).where(_o.c.state == "pending", _o.c.next_attempt_at_ms <= now_ms,
+                                 _o.c.id == oldest_pending)
+                .order_by(_o.c.id).limit(limit))
+        with self._read() as conn:
+            return [_row(m) for m in conn.execute(stmt).mappings()]
+
+    def facts_for_cron(self, cron_id: int) -> CronFacts:
+        """(active Runs newest first, latest started Run, latest terminal Run), bridge-owned only."""
+        with self._read() as conn:
+            active = self._newest(conn, cron_id, RUN_ACTIVE, ACTIVE_LIMIT)
+            recent = self._newest(conn, cron_id, RUN_TERMINAL, RECENT_LIMIT)
+            attempts = self._latest_attempts(conn, [r["id"] for r in (*active, *recent)])
+        active_facts = [_facts(r, attempts.get(r["id"])) for r in active]
+        recent_facts = [_facts(r, attempts.get(r["id"])) for r in recent]
+        started = [f for f in (*active_facts, *recent_facts) if f.started_at_ms is not None]
+        latest = max(started, key=lambda f: (f.started_at_ms, f.created_at_ms, f.run_id), default=None)
+        latest_terminal = max(recent_facts, default=None,
+                              key=lambda f: (f.finished_at_ms or f.created_at_ms, f.created_at_ms, f.run_id))
+        return active_facts, latest, latest_terminal
+
+    def _newest(self, conn: Connection, cron_id: int, statuses: Iterable[Any], limit: int) -> list[dict[str, Any]]:
+        # One leg per status, each an index range scan with its own LIMIT, then the newest of all legs.
+        legs = [select(_r).where(_r.c.legacy_cron_id == cron_id, _r.c.status == status.value,
+                                 _r.c.owner == _OWNER)
+                .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(limit).subquery()
+                for status in sorted(statuses)]
+        both = union_all(*[select(leg) for leg in legs]).subquery()
+        stmt = select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit)
+        return [dict(m) for m in conn.execute(stmt).mappings()]
+
+    def _latest_attempts(self, conn: Connection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        latest: dict[str, dict[str, Any]] = {}
+        if not run_ids:
+            return latest
+        for m in conn.execute(select(_a).where(_a.c.run_id.in_(run_ids))).mappings():
+            known = latest.get(m["run_id"])
+            if known is None or m["attempt"] > known["attempt"]:
+                latest[m["run_id"]] = dict(m)
+        return latest
+
+    def run_facts(self, run_id: str, attempt_id: str | None) -> RunFacts | None:
+        """The Run with the named Attempt (or its latest); None when either does not exist."""
+        with self._read() as conn:
+            run = conn.execute(select(_r).where(_r.c.id == run_id)).mappings().first()
+            if run is None or run["legacy_cron_id"] is None:
+                return None
+            if attempt_id is None:
+                attempt = self._latest_attempts(conn, [run_id]).get(run_id)
+            else:
+                attempt = conn.execute(select(_a).where(_a.c.id == attempt_id, _a.c.run_id == run_id)
+                                       ).mappings().first()
+                if attempt is None:
+                    return None
+        return _facts(run, attempt)
+
+    # -- the instance mapping ------------------------------------------------------------------------
+
+    def instance_id(self, attempt_id: str) -> int | None:
+        with self._read() as conn:
+            found = conn.execute(select(_m.c.legacy_instance_id).where(_m.c.attempt_id == attempt_id)).scalar()
+        return int(found) if found is not None else None
+
+    def remember_instance(self, attempt_id: str, instance_id: int, cron_id: int, at_ms: int) -> None:
+        """Map the Attempt to its 2.x row; a no-op when already mapped there (repointed if that row vanished)."""
+        with self.engine.begin() as conn:
+            known = conn.execute(select(_m.c.legacy_instance_id).where(_m.c.attempt_id == attempt_id)).scalar()
+            if known is None:
+                conn.execute(insert(_m).values(attempt_id=attempt_id, legacy_instance_id=instance_id,
+                                               legacy_cron_id=cron_id, created_at_ms=at_ms))
+            elif int(known) != instance_id:
+                conn.execute(update(_m).where(_m.c.attempt_id == attempt_id).values(legacy_instance_id=instance_id))
+
+    # -- row states ----------------------------------------------------------------------------------
+
+    def _set(self, row_id: int, **values: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(_o).where(_o.c.id == row_id, _o.c.state == "pending").values(**values))
+
+    def mark_applied(self, row_id: int, at_ms: int) -> None:
+        self._set(row_id, state="applied", applied_at_ms=at_ms, last_error=None)
+
+    def mark_retry(self, row_id: int, attempts: int, next_at_ms: int, error_code: str) -> None:
+        self._set(row_id, attempts=attempts, next_attempt_at_ms=next_at_ms, last_error=error_code[:200])
+
+    def mark_parked(self, row_id: int, attempts: int, error_code: str, at_ms: int) -> None:
+        # next_attempt_at_ms keeps when it was parked; requeue_parked resets it.
+        self._set(row_id, state="parked", attempts=attempts, next_attempt_at_ms=at_ms, last_error=error_code[:200])
+
+    def requeue_parked(self, now_ms: int) -> int:
+        """Give every parked row a fresh retry budget, due now; returns how many."""
+        with self.engine.begin() as conn:
+            return conn.execute(update(_o).where(_o.c.state == "parked")
+                                .values(state="pending", attempts=0, next_attempt_at_ms=now_ms)).rowcount
+
+    # -- for reports and `bridge status` -------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        with self._read() as conn:
+            rows = conn.execute(select(_o.c.state, func.count()).group_by(_o.c.state)).all()
+        found = {state: 0 for state in STATES}
+        found.update({state: int(n) for state, n in rows})
+        return found
+
+    def parked(self, limit: int = 20) -> list[OutboxRow]:
+        stmt = select(_o).where(_o.c.state == "parked").order_by(_o.c.id).limit(limit)
+        with self._read() as conn:
+            return [_row(m) for m in conn.execute(stmt).mappings()]
+
+    def oldest_pending_created_at_ms(self) -> int | None:
+        with self._read() as conn:
+            return conn.execute(select(func.min(_o.c.created_at_ms)).where(_o.c.state == "pending")).scalar()
+
+    # -- one projector at a time ---------------------------------------------------------------------
+
+    def hold_lease(self, holder: str, now_ms: int, lease_ms: int) -> bool:
+        """Take or extend the projector lease; False while another live holder has it."""
+        t = job_leases_table
+        values = {"holder": holder, "expires_at_ms": now_ms + lease_ms}
+        with self.engine.begin() as conn:  # BEGIN IMMEDIATE on SQLite: one taker at a time
+            taken = conn.execute(update(t).where(t.c.name == _LEASE, or_(t.c.holder == holder,
+                                                                         t.c.expires_at_ms <= now_ms))
+                                 .values(**values)).rowcount
+            if taken:
+                return True
+            if conn.execute(select(t.c.name).where(t.c.name == _LEASE)).first() is not None:
+                return False
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(t).values(name=_LEASE, **values))
+        except IntegrityError:  # another process inserted it first
+            return False
+        return True
+
+    def release_lease(self, holder: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(job_leases_table).where(job_leases_table.c.name == _LEASE,
+                                                        job_leases_table.c.holder == holder))

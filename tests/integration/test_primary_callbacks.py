@@ -1,0 +1,183 @@
+"""Primary mode on the callback path: the bridge answers what it owns, exactly as 2.x would, fail-closed."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+from sqlalchemy import func, select, text
+
+from bridge.answers import LocalAnswer
+from bridge.domain.model import Mode
+from bridge.interception import ShadowInterceptor
+from bridge.metrics import BridgeMetrics
+from bridge.service.clock import SystemClock
+from bridge.service.run_service import RunService
+from bridge.service.shadow import ShadowRecorder
+from bridge.storage.schema import projection_outbox_table, runs_table
+from legacy_adapters.auth import LegacyTokenAuthority
+from legacy_adapters.callbacks import render_status_body
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from legacy_adapters.testing.double import Legacy2xDouble
+from tests.conftest import Backend
+
+NOW = int(time.time())
+BEGIN = NOW - 3600 - NOW % 3600 + 1  # matches "0 * * * *": scheduled_system
+
+
+@dataclass
+class Modes:
+    """A ModeSource the test can flip."""
+
+    modes: dict[str, Mode] = field(default_factory=dict)
+
+    def mode_for(self, origin: str) -> Mode:
+        return self.modes.get(origin, Mode.OFF)
+
+    def any_enabled(self) -> bool:
+        return any(m is not Mode.OFF for m in self.modes.values())
+
+
+@dataclass
+class Site:
+    data: LegacyDataDir
+    double: Legacy2xDouble
+    modes: Modes
+    interceptor: ShadowInterceptor
+    backend: Backend
+    http: httpx.Client
+    commits: list[int]
+
+    def send(self, body: bytes, token: str | None = "system") -> tuple[int, bytes]:
+        """What the proxy does: ask the interceptor, answer locally or forward and report back."""
+        auth = f"Bearer {self.data.system_token}" if token == "system" else (f"Bearer {token}" if token else None)
+        headers = {"Content-Type": "application/json;charset=UTF-8", **({"Authorization": auth} if auth else {})}
+        prepared = self.interceptor.before_forward("/open/crons/status", body, headers)
+        if isinstance(prepared, LocalAnswer):
+            return prepared.status, prepared.body
+        reply = self.http.put("/open/crons/status", content=body, headers=headers)
+        self.interceptor.after_forward(prepared, reply.status_code)
+        return reply.status_code, reply.content
+
+    def count(self, table) -> int:  # type: ignore[no-untyped-def]
+        with self.backend.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+    def runs(self) -> list[dict[str, object]]:
+        with self.backend.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(runs_table).order_by(runs_table.c.created_at_ms))]
+
+    def reached_2x(self) -> int:
+        return len([r for r in self.double.requests() if r.path.startswith("/open/crons/status")])
+
+
+@contextmanager
+def locked_store(backend: Backend) -> Iterator[None]:
+    if backend.has_file_lock:
+        assert backend.url is not None
+        holder = sqlite3.connect(backend.url.removeprefix("sqlite:///"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        return
+    with backend.engine.connect() as conn:
+        conn.execute(text("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE"))
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+@pytest.fixture
+def site(sql_backend: Backend, tmp_path: Path) -> Iterator[Site]:
+    data = create_legacy_data_dir(tmp_path / "ql")
+    runs = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+    modes = Modes({"scheduled_system": Mode.PRIMARY})
+    commits: list[int] = []
+    interceptor = ShadowInterceptor(
+        ShadowRecorder(runs), LegacyReader(data.database_path), modes, BridgeMetrics(), SystemClock(), budget_ms=5000,
+        scheduler_mode="system", tz=ZoneInfo("UTC"), auth=LegacyTokenAuthority(data.keyv_path),
+        on_primary_commit=lambda: commits.append(1))
+    with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
+        yield Site(data, double, modes, interceptor, sql_backend, http, commits)
+    interceptor.close()
+
+
+def test_a_primary_start_is_answered_by_the_bridge_and_never_reaches_2x(site: Site) -> None:
+    cron = site.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    assert site.send(render_status_body(cron, 0, 41, "h/1.log", BEGIN)) == (200, b'{"code":200}')
+    assert site.reached_2x() == 0 and site.data.instance_rows(cron) == []
+    (run,) = site.runs()
+    assert (run["owner"], run["mode"], run["status"], run["origin"]) == ("bridge", "primary", "running",
+                                                                        "scheduled_system")
+    assert site.count(projection_outbox_table) == 1 and site.commits == [1]
+
+
+@pytest.mark.parametrize("token, body", [
+    (None, '{"code":401,"message":"请先登录"}'),
+    ("7f1d9c58-0000-4a53-9a51-1f7b6c3c2e11", '{"code":401,"message":"Token 已失效"}'),
+    ("limited", '{"code":401,"message":"暂无权限"}'),
+])
+def test_a_primary_callback_with_a_bad_token_gets_2xs_own_401_and_changes_nothing(site: Site, token: str | None,
+                                                                                body: str) -> None:
+    cron = site.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    token = site.data.limited_token if token == "limited" else token
+    assert site.send(render_status_body(cron, 0, 42, "h/2.log", BEGIN), token=token) == (401, body.encode())
+    assert site.runs() == [] and site.count(projection_outbox_table) == 0 and site.reached_2x() == 0
+
+
+def test_a_store_failure_answers_a_2x_shaped_500_and_leaves_nothing_half_written(site: Site) -> None:
+    cron = site.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    with locked_store(site.backend):  # past the busy budget (SQLite) or the lock timeout (PostgreSQL)
+        status, body = site.send(render_status_body(cron, 0, 43, "h/3.log", BEGIN))
+    assert status == 500 and body.startswith(b'{"code":500,"message":"ql-bridge could not record')
+    assert site.runs() == [] and site.count(projection_outbox_table) == 0
+
+
+def test_owners_are_fixed_at_acceptance_across_promotion_and_demotion(site: Site) -> None:
+    cron = site.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    site.modes.modes["scheduled_system"] = Mode.SHADOW
+    site.send(render_status_body(cron, 0, 50, "h/shadow.log", BEGIN))  # accepted under shadow: 2.x owns it
+    site.modes.modes["scheduled_system"] = Mode.PRIMARY
+    site.send(render_status_body(cron, 0, 51, "h/primary.log", BEGIN))  # accepted under primary: ours
+    site.send(render_status_body(cron, 1, 50, "h/shadow.log", BEGIN, 3, 0))  # still forwarded after promotion
+    assert site.reached_2x() == 2
+    site.modes.modes["scheduled_system"] = Mode.OFF  # demotion (rollback)
+    time.sleep(1.1)  # the owned-run cache is a second old at most
+    assert site.send(render_status_body(cron, 1, 51, "h/primary.log", BEGIN, 4, 2)) == (200, b'{"code":200}')
+    assert site.reached_2x() == 2  # the bridge still answered its own execution
+    site.send(render_status_body(cron, 0, 52, "h/after.log", BEGIN))  # new executions go back to 2.x
+    assert site.reached_2x() == 3
+    by_pid = {r["legacy_pid"]: r for r in site.runs()}
+    assert (by_pid[50]["owner"], by_pid[50]["status"]) == ("legacy", "succeeded")
+    assert (by_pid[51]["owner"], by_pid[51]["status"], by_pid[51]["mode"]) == ("bridge", "failed", "primary")
+    assert 52 not in by_pid  # off: nothing recorded
+    with site.backend.engine.connect() as conn:
+        events = [r.event for r in conn.execute(select(projection_outbox_table.c.event)
+                                                .order_by(projection_outbox_table.c.id))]
+    assert events == ["start", "end"]
+
+
+def test_concurrent_primary_callbacks_of_one_cron_each_get_their_own_run(site: Site) -> None:
+    cron = site.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    answers: list[tuple[int, bytes]] = []
+    threads = [threading.Thread(target=lambda p=p: answers.append(site.send(render_status_body(
+        cron, 0, p, f"h/{p}.log", BEGIN)))) for p in range(60, 64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [(200, b'{"code":200}')] * 4
+    assert sorted(r["legacy_pid"] for r in site.runs()) == [60, 61, 62, 63]
