@@ -191,6 +191,23 @@ def report(since: str | None, origin: str | None, out_dir: Path | None) -> None:
     click.echo(f"report written: {json_path} and {html_path}")
 
 
+@main.command("import-legacy")
+@click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 10_000),
+              help="Instances per transaction.")
+@click.option("--rescan", is_flag=True, help="Start from the first instance again (what exists is skipped).")
+def import_legacy(batch_size: int, rescan: bool) -> None:
+    """Import 2.x's RunningInstances history as read-only Runs (re-runnable; resumes where it stopped)."""
+    from bridge.importer import print_summary, run_import
+
+    settings = _settings()
+    try:
+        summary = run_import(settings, batch_size=batch_size, console=console, resume=not rescan)
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+        raise
+    print_summary(summary, console)
+
+
 @main.group()
 def flags() -> None:
     """Per-origin modes: off, shadow, primary (audited)."""

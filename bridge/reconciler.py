@@ -35,6 +35,7 @@ from projections.reconcile import ACTIVE_RUN_STATUSES, Finding, compare_cron, co
 
 log = logging.getLogger("bridge.reconciler")
 RECONCILER = Actor(ActorType.RECONCILER)
+IMPORT_KEY_PREFIX = "legacy-import:"
 T = TypeVar("T")
 _PROJECTION_OF_KIND = {"active_state": "crontab_status", "pid": "crontab_pid"}
 
@@ -137,14 +138,15 @@ class Reconciler:
                    stats: dict[str, int]) -> None:
         window = [i for i in batch if i.started_at and i.started_at * 1000 >= since_ms]
         keyed = {run_key(i.cron_id, i.pid, i.log_path, i.started_at): i for i in window}
-        runs = self._store.runs_by_keys(list(keyed))
+        # History imported by `bridge import-legacy` is keyed by instance id: found, then left out of the checks.
+        runs = self._store.runs_by_keys([*keyed, *(f"{IMPORT_KEY_PREFIX}{i.id}" for i in window)])
         self._store.mark_seen(pass_id, sorted({run["id"] for run in runs.values()}))
         cutoff_s = (now_ms - self._settings.grace_s * 1000) / 1000
         for key, instance in keyed.items():
             stats["instances"] += 1
             if instance.started_at is None or instance.started_at > cutoff_s:
                 continue  # in flight: inside the grace window
-            run = runs.get(key)
+            run = runs.get(key) or runs.get(f"{IMPORT_KEY_PREFIX}{instance.id}")
             if run is None:
                 self._maybe_missing(instance)
             elif run.get("mode") != "legacy_import":

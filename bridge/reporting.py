@@ -170,10 +170,12 @@ class _Scan:
         if not batch:
             return
         keys = {i.id: _run_key(i, ms) for i, ms in batch}
-        runs = self.queries.runs_by_keys([k for k in keys.values() if k is not None])
+        # History brought in by `bridge import-legacy` is keyed by the instance id instead.
+        imported = {i.id: f"{IMPORT_KEY_PREFIX}{i.id}" for i, _ in batch}
+        runs = self.queries.runs_by_keys([k for k in keys.values() if k is not None] + list(imported.values()))
         for instance, started_ms in batch:
             key = keys[instance.id]
-            run = runs.get(key) if key is not None else None
+            run = (runs.get(key) if key is not None else None) or runs.get(imported[instance.id])
             if run is not None and run.get("mode") == LEGACY_IMPORT:
                 self.excluded += 1
                 self.tally.fig(run.get("origin")).legacy_import_excluded += 1
@@ -188,6 +190,9 @@ class _Scan:
         if cron is None:
             return UNKNOWN
         return infer_scheduled_origin(cron, started_ms // 1000, self.scheduler_mode, self.tz).origin
+
+
+IMPORT_KEY_PREFIX = "legacy-import:"
 
 
 def _started_ms(instance: LegacyInstance) -> int | None:

@@ -80,6 +80,8 @@ class ErrorCode(StrEnum):
     POLICY_DENIED = "policy_denied"
     APPROVAL_REJECTED = "approval_rejected"
     INTERNAL_ERROR = "internal_error"
+    # 2.x's boot reset stopped the instance without a finish time: imported history says so plainly.
+    FINISH_TIME_UNKNOWN = "finish_time_unknown"
 
 
 @dataclass(frozen=True, slots=True)

@@ -294,7 +294,7 @@ class RunService:
     def retry_run(self, cmd: RetryRun) -> CreateRunResult:
         """Manual retry: a new Run with retry_of_run_id; the original stays as it was."""
         source = self.get_run(cmd.run_id)
-        if source.status not in _RETRYABLE:
+        if source.status not in _RETRYABLE or source.mode == "legacy_import":  # history is read-only
             raise RetryNotAllowedError(source.id, source.status.value)
         create = CreateRun(
             project_id=source.project_id, task_id=source.task_id, task_revision=source.task_revision,

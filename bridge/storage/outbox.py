@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, union_all, update
+from sqlalchemy import Connection, Engine, Select, bindparam, delete, func, insert, or_, select, union_all, update
 from sqlalchemy.exc import IntegrityError
 
 from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL
@@ -54,6 +54,26 @@ def _facts(run: Any, attempt: Any | None) -> RunFacts:
     )
 
 
+_RUN_COLUMNS = [_r.c[name] for name in ("id", "legacy_cron_id", "status", "created_at_ms", "started_at_ms",
+                                         "finished_at_ms", "duration_ms")]
+
+
+def _newest_statement(statuses: Iterable[Any], limit: int) -> Select[Any]:
+    """The newest bridge-owned Runs of ``:cron_id`` in these statuses: one leg per status, each an index
+    range scan of (legacy_cron_id, status, created_at_ms) with its own LIMIT, then the newest of all legs.
+    Built once: constructing a union of subqueries costs more than running it."""
+    legs = [select(*_RUN_COLUMNS).where(_r.c.legacy_cron_id == bindparam("cron_id"), _r.c.status == status.value,
+                                        _r.c.owner == _OWNER)
+            .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(limit).subquery()
+            for status in sorted(statuses)]
+    both = union_all(*[select(leg) for leg in legs]).subquery()
+    return select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit)
+
+
+_NEWEST_ACTIVE = _newest_statement(RUN_ACTIVE, ACTIVE_LIMIT)
+_NEWEST_TERMINAL = _newest_statement(RUN_TERMINAL, RECENT_LIMIT)
+
+
 class SqlOutbox:
     """The projector's OutboxPort over one engine."""
 
@@ -88,8 +108,8 @@ class SqlOutbox:
     def facts_for_cron(self, cron_id: int) -> CronFacts:
         """(active Runs newest first, latest started Run, latest terminal Run), bridge-owned only."""
         with self._read() as conn:
-            active = self._newest(conn, cron_id, RUN_ACTIVE, ACTIVE_LIMIT)
-            recent = self._newest(conn, cron_id, RUN_TERMINAL, RECENT_LIMIT)
+            active = self._newest(conn, cron_id, _NEWEST_ACTIVE)
+            recent = self._newest(conn, cron_id, _NEWEST_TERMINAL)
             attempts = self._latest_attempts(conn, [r["id"] for r in (*active, *recent)])
         active_facts = [_facts(r, attempts.get(r["id"])) for r in active]
         recent_facts = [_facts(r, attempts.get(r["id"])) for r in recent]
@@ -99,15 +119,8 @@ class SqlOutbox:
                               key=lambda f: (f.finished_at_ms or f.created_at_ms, f.created_at_ms, f.run_id))
         return active_facts, latest, latest_terminal
 
-    def _newest(self, conn: Connection, cron_id: int, statuses: Iterable[Any], limit: int) -> list[dict[str, Any]]:
-        # One leg per status, each an index range scan with its own LIMIT, then the newest of all legs.
-        legs = [select(_r).where(_r.c.legacy_cron_id == cron_id, _r.c.status == status.value,
-                                 _r.c.owner == _OWNER)
-                .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(limit).subquery()
-                for status in sorted(statuses)]
-        both = union_all(*[select(leg) for leg in legs]).subquery()
-        stmt = select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit)
-        return [dict(m) for m in conn.execute(stmt).mappings()]
+    def _newest(self, conn: Connection, cron_id: int, statement: Select[Any]) -> list[dict[str, Any]]:
+        return [dict(m) for m in conn.execute(statement, {"cron_id": cron_id}).mappings()]
 
     def _latest_attempts(self, conn: Connection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
         latest: dict[str, dict[str, Any]] = {}

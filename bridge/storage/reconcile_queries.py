@@ -97,7 +97,8 @@ class ReconcileStore:
     def crons_with_runs(self, since_ms: int, after_cron: int, limit: int) -> list[int]:
         r = runs_table
         stmt = (select(r.c.legacy_cron_id).distinct()
-                .where(r.c.created_at_ms >= since_ms, r.c.legacy_cron_id > after_cron, r.c.owner == "legacy")
+                .where(r.c.created_at_ms >= since_ms, r.c.legacy_cron_id > after_cron, r.c.owner.isnot(None),
+                       r.c.mode != "legacy_import")
                 .order_by(r.c.legacy_cron_id).limit(limit))
         with self.read() as conn:
             return [row[0] for row in conn.execute(stmt)]

@@ -1,0 +1,688 @@
+"""`bridge import-legacy`: 2.x's RunningInstances history as Runs (legacy-2x.md 2.4, 5.1, 8, 9.10).
+
+2.x's database is never read in place for long and never written: a consistent copy is taken with SQLite's
+Online Backup API in short steps (ADR-0064/0095), checked to be a 2.x database, streamed in keyset batches,
+and deleted afterwards. A batch's Runs are built first (RunChange, outside any transaction), then written in one
+short bridge-store transaction that re-checks their keys and also advances the ``import_cursor`` setting, so an
+interrupted import resumes after its last committed batch; idempotency keys make a re-run (even without the
+cursor) import nothing twice.
+
+Per instance:
+
+- finished / error / stopped: a terminal Run + Attempt 1 in mode ``legacy_import`` (key
+  ``legacy-import:<instance id>``, origin unknown, actor system, every step marked synthesized): succeeded,
+  failed (``process_exit_error``), cancelled (``cancelled_by_user``, exit code kept). A stopped row without
+  ``finished_at`` is 2.x's boot reset (5.1): cancelled with error_code ``finish_time_unknown`` and no finish time.
+- running: handed to the shadow path, i.e. an active shadow Run under the exact key ShadowRecorder uses, so the
+  shell's end callback (or reconciliation) closes it as usual.
+- an instance whose Run already exists (either key) is skipped.
+
+Seconds become milliseconds only through ``legacy_adapters.timeconv``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from itertools import islice
+from pathlib import Path
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from sqlalchemy import Connection, Engine, insert, select, update
+
+from bridge.bootstrap import build_store
+from bridge.config import Settings, local_zone_name
+from bridge.domain.aggregate import ChangeSet, RunChange
+from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
+from bridge.domain.events import Actor, ActorType, ErrorCode, RunEvent, encode_payload
+from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.service.clock import SystemClock
+from bridge.service.ids import new_id
+from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
+from bridge.service.run_service import RunService, RunTransaction
+from bridge.service.shadow import PROJECT_ID, CallbackFacts
+from bridge.storage.engine import READ_ONLY
+from bridge.storage.migrate import current_revision, head_revision
+from bridge.storage.runs import SqlRunStore
+from bridge.storage.schema import bridge_settings_table, run_attempts_table, run_events_table, runs_table
+from bridge.storage.unit_of_work import SqlUnitOfWork
+from legacy_adapters.callbacks import log_path_digest
+from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
+from legacy_adapters.identity import task_id, task_revision
+from legacy_adapters.origin import OriginDecision, infer_scheduled_origin
+from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader, detect_scheduler_mode
+from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.timeconv import epoch_seconds_to_ms
+
+T = TypeVar("T")
+
+IMPORT_MODE = "legacy_import"  # Run.mode, trigger_type and origin_evidence of imported history
+CURSOR_KEY = "import_cursor"  # bridge_settings: the last instance id whose batch committed
+DELETED_CRON_REVISION = "deleted-cron"  # task_revision when the instance's Crontabs row is gone
+FINISH_TIME_UNKNOWN = "finish_time_unknown"  # error_code of a stopped row 2.x's boot reset left without finished_at
+IMPORTER = Actor(ActorType.SYSTEM, "legacy_import")
+DEFAULT_BATCH_SIZE = 500
+CRON_CACHE_SIZE = 4096  # Crontabs rows kept while streaming (bounded LRU)
+SNAPSHOT_MEMORY = 4096  # revisions known to be in task_snapshots (bounded LRU), saves a lookup per instance
+# Online Backup API steps: each step holds 2.x's SHARED lock only while it copies this many pages. A write by
+# 2.x between steps restarts the copy; after a few restarts the step grows so the copy can finish.
+BACKUP_PAGES = 256
+BACKUP_SLEEP_S = 0.005
+BACKUP_RESTARTS_PER_STEP_SIZE = 3
+BACKUP_MAX_PAGES = 65_536
+# A batch write is larger than a shadow write and nobody waits on it: wait longer for a busy store.
+IMPORT_BUSY_BUDGET_MS = 5_000
+IMPORT_BUSY_ATTEMPTS = 10
+BATCH_ATTEMPTS = 3  # a batch that lost a race to a concurrent shadow write is retried whole
+BATCH_RETRY_SLEEP_S = 0.05
+
+_SYNTH = {"synthesized": True}
+_EXIT_CODE_RANGE = range(-(2**31), 2**31)  # run_attempts.exit_code is a 32-bit integer
+
+
+class ImportRefusedError(BridgeError):
+    """The import did not start: no 2.x database is configured, or the file is not one. Nothing was written."""
+
+    code = "LEGACY_IMPORT_REFUSED"
+
+    def __init__(self, message: str, *, reason: str, path: str | None = None) -> None:
+        super().__init__(message, reason=reason, path=path)
+        self.reason = reason
+        self.path = path
+
+
+@dataclass
+class ImportSummary:
+    """What one ``run_import`` did. ``imported`` counts the legacy_import Runs written (terminal history);
+    running instances handed to the shadow path are counted in ``handed_to_shadow`` only."""
+
+    total: int = 0  # instances after the cursor when the import began
+    scanned: int = 0
+    imported: int = 0
+    skipped: int = 0  # a Run for the instance already existed (import key or shadow key)
+    handed_to_shadow: int = 0
+    unsupported: int = 0  # an unknown status or no cron id: not imported
+    by_status: dict[str, int] = field(default_factory=dict)  # imported Runs by Run status
+    finish_time_unknown: int = 0  # of the cancelled ones: 2.x's boot reset, no finished_at
+    deleted_crons: int = 0  # imported with the "deleted-cron" revision
+    unusable_times: int = 0  # a time or exit code 2.x stored in a form that cannot be converted: kept null
+    batches: int = 0
+    resumed_after: int = 0  # the cursor the import started from (0: the beginning)
+    last_id: int = 0  # the cursor after the import
+    elapsed_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def _add(self, counts: Counter[str]) -> None:
+        self.scanned += counts["scanned"]
+        self.imported += counts["imported"]
+        self.skipped += counts["skipped"]
+        self.handed_to_shadow += counts["handed_to_shadow"]
+        self.unsupported += counts["unsupported"]
+        self.finish_time_unknown += counts["finish_time_unknown"]
+        self.deleted_crons += counts["deleted_crons"]
+        self.unusable_times += counts["unusable_times"]
+        for key, n in counts.items():
+            if key.startswith("status:"):
+                status = key.removeprefix("status:")
+                self.by_status[status] = self.by_status.get(status, 0) + n
+
+
+BatchHook = Callable[[int], None]
+
+
+def run_import(settings: Settings, *, batch_size: int = DEFAULT_BATCH_SIZE, console: Console | None = None,
+               resume: bool = True, after_batch: BatchHook | None = None, clock: Clock | None = None) -> ImportSummary:
+    """Import 2.x's RunningInstances into the bridge store; returns what was done.
+
+    ``resume`` False rescans from the first instance (the idempotency keys skip what is already there; the
+    cursor never moves back). ``after_batch`` is called with the batch's last instance id after each commit.
+    ``console`` receives the progress bar (default: stderr). Raises ImportRefusedError (nothing written),
+    SchemaMismatchError when the store is not at the current revision, StoreBusyError / StoreUnavailableError,
+    and whatever ``after_batch`` raises (the batches committed so far stay, the next run resumes after them).
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    started = time.monotonic()
+    source = settings.legacy_database_path
+    if source is None:
+        raise ImportRefusedError("BRIDGE_LEGACY_DATA_DIR is not set: nothing to import (the import reads "
+                                 "<data dir>/db/database.sqlite)", reason="not_configured")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    copy = _temp_copy_path(settings.data_dir)
+    store = None
+    try:
+        backup_copy(source, copy)
+        reader = _checked_reader(source, copy)
+        store = build_store(settings)
+        _require_current_schema(store.engine)
+        summary = _Importer(settings, store.engine, reader, batch_size, clock or SystemClock()).run(
+            console or Console(stderr=True), resume, after_batch)
+    finally:
+        if store is not None:
+            store.close()
+        _remove(copy)
+    summary.elapsed_s = time.monotonic() - started
+    return summary
+
+
+def print_summary(summary: ImportSummary, console: Console) -> None:
+    """The summary as a small table (and its notes, if any)."""
+    table = Table(title="2.x import", show_header=True, header_style="bold")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    table.add_row("instances scanned", f"{summary.scanned} of {summary.total}")
+    table.add_row("imported (legacy_import Runs)", str(summary.imported))
+    for status in sorted(summary.by_status):
+        table.add_row(f"  {status}", str(summary.by_status[status]))
+    if summary.finish_time_unknown:
+        table.add_row(f"    of which {FINISH_TIME_UNKNOWN} (2.x boot reset)", str(summary.finish_time_unknown))
+    table.add_row("running: handed to the shadow path", str(summary.handed_to_shadow))
+    table.add_row("skipped (already present)", str(summary.skipped))
+    if summary.unsupported:
+        table.add_row("not imported (unknown status or no cron id)", str(summary.unsupported))
+    if summary.deleted_crons:
+        table.add_row("of a deleted cron", str(summary.deleted_crons))
+    if summary.unusable_times:
+        table.add_row("unusable times / exit codes (kept null)", str(summary.unusable_times))
+    table.add_row("batches committed", str(summary.batches))
+    table.add_row("cursor", f"{summary.resumed_after} -> {summary.last_id}")
+    rate = summary.scanned / summary.elapsed_s if summary.elapsed_s > 0 else 0.0
+    table.add_row("elapsed", f"{summary.elapsed_s:.1f} s ({rate:.0f} instances/s)")
+    console.print(table)
+    for note in summary.notes:
+        console.print(f"note: {note}")
+
+
+# -- the copy of 2.x's database ---------------------------------------------------------------------------------
+
+
+def backup_copy(source: Path, dest: Path, *, pages: int = BACKUP_PAGES, sleep_s: float = BACKUP_SLEEP_S,
+                on_step: Callable[[int, int], None] | None = None) -> None:
+    """Copy ``source`` to ``dest`` with the Online Backup API, opened read-only, in steps of ``pages`` pages.
+
+    Between steps 2.x's database is not locked at all; if 2.x writes meanwhile, SQLite restarts the copy, so
+    the result is always one consistent state. Every few restarts the step doubles (up to a whole-file step),
+    so steady writes cannot keep the copy from finishing. ``on_step(remaining, total)`` is called after each
+    step. Raises ImportRefusedError when the source is missing or is not an SQLite database.
+    """
+    if not source.is_file():
+        raise ImportRefusedError(f"2.x's database {source} does not exist", reason="missing", path=str(source))
+    step = pages
+    while True:
+        restarts = _Restarts(BACKUP_RESTARTS_PER_STEP_SIZE if step != -1 else None, on_step)
+        try:
+            with closing(sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=0.3)) as src, \
+                    closing(sqlite3.connect(dest)) as dst:
+                src.backup(dst, pages=step, progress=restarts, sleep=sleep_s)
+            return
+        except _TooManyRestarts:
+            step = -1 if step * 2 > BACKUP_MAX_PAGES else step * 2
+        except sqlite3.DatabaseError as exc:
+            raise ImportRefusedError(f"{source} is not a QingLong 2.x database ({type(exc).__name__}: {exc})",
+                                     reason="not_legacy", path=str(source)) from exc
+
+
+class _TooManyRestarts(Exception):
+    pass
+
+
+class _Restarts:
+    """Backup progress callback: a successful step that did not shrink ``remaining`` means SQLite restarted
+    the copy because 2.x wrote in between (a busy step is only waited out)."""
+
+    def __init__(self, limit: int | None, on_step: Callable[[int, int], None] | None) -> None:
+        self.limit, self.on_step = limit, on_step
+        self.seen = 0
+        self.last_remaining: int | None = None
+
+    def __call__(self, status: int, remaining: int, total: int) -> None:
+        if self.on_step is not None:
+            self.on_step(remaining, total)
+        if status == sqlite3.SQLITE_OK and self.last_remaining is not None and remaining >= self.last_remaining:
+            self.seen += 1
+            if self.limit is not None and self.seen >= self.limit:
+                raise _TooManyRestarts()
+        self.last_remaining = remaining
+
+
+def _temp_copy_path(data_dir: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=".legacy-import-", suffix=".sqlite", dir=data_dir)
+    os.close(fd)
+    return Path(name)
+
+
+def _remove(copy: Path) -> None:
+    for path in (copy, copy.with_name(copy.name + "-journal")):
+        path.unlink(missing_ok=True)
+
+
+def _checked_reader(source: Path, copy: Path) -> LegacyReader:
+    reader = LegacyReader(copy)
+    try:
+        reader.check_is_legacy_database()
+    except LegacyDatabaseError as exc:
+        detail = {"not_legacy": "it has no Crontabs(id, command, schedule) table",
+                  "unsupported": "it already holds QingLong 3.0 tables"}.get(exc.reason, exc.reason)
+        raise ImportRefusedError(f"{source} is not a QingLong 2.x database: {detail}", reason=exc.reason,
+                                 path=str(source)) from exc
+    return reader
+
+
+def _require_current_schema(engine: Engine) -> None:
+    revision, head = current_revision(engine), head_revision()
+    if revision != head:
+        raise SchemaMismatchError(f"the bridge store is at revision {revision or 'empty'}, not {head}: "
+                                  "run `bridge db upgrade` first", revision=revision)
+
+
+def _instance_span(copy: Path, after_id: int) -> tuple[int, int]:
+    """(instances with an id above ``after_id``, the newest instance id) of the private copy."""
+    with closing(sqlite3.connect(f"{copy.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        table = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'RunningInstances'"
+        if not conn.execute(table).fetchone():
+            return 0, 0
+        count, newest = conn.execute("SELECT count(*) FILTER (WHERE id > ?), coalesce(max(id), 0) "
+                                     "FROM RunningInstances", (after_id,)).fetchone()
+        return int(count), int(newest)
+
+
+# -- the bridge store: Runs, plus the cursor in the same transaction ---------------------------------------------
+
+
+class _ImportStore(SqlRunStore):
+    """SqlRunStore plus the two things only the importer needs, on the same connection (same transaction)."""
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__(conn)
+        self._import_conn = conn
+
+    def existing_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of these idempotency keys already name a Run (one statement)."""
+        if not keys:
+            return set()
+        r = runs_table
+        stmt = select(r.c.idempotency_key).where(r.c.project_id == PROJECT_ID, r.c.idempotency_key.in_(list(keys)))
+        return {row[0] for row in self._import_conn.execute(stmt)}
+
+    def insert_new_runs(self, changes: Sequence[ChangeSet]) -> None:
+        """Write brand-new Runs (each with its inserted Attempts and its events) in three multi-row inserts:
+        the rows RunStore.apply would write one Run at a time. A key taken meanwhile fails the whole batch."""
+        if not changes:
+            return
+        if any(c.expected_version is not None or any(not w.is_insert for w in c.attempt_writes) for c in changes):
+            raise ValueError("insert_new_runs only inserts new Runs")
+        conn = self._import_conn
+        conn.execute(insert(runs_table), [_row(c.run, _RUN_FIELDS) for c in changes])
+        attempts = [_row(w.attempt, _ATTEMPT_FIELDS) for c in changes for w in c.attempt_writes]
+        if attempts:
+            conn.execute(insert(run_attempts_table), attempts)
+        conn.execute(insert(run_events_table), [_event_row(e) for c in changes for e in c.events])
+
+    def import_cursor(self) -> int:
+        t = bridge_settings_table
+        value = self._import_conn.execute(select(t.c.value).where(t.c.key == CURSOR_KEY)).scalar()
+        try:
+            return max(int(value), 0) if value is not None else 0
+        except ValueError:
+            return 0  # unreadable: start over, the idempotency keys keep it safe
+
+    def advance_import_cursor(self, last_id: int, at_ms: int) -> None:
+        """Move the cursor forward to ``last_id`` (never back)."""
+        if last_id <= self.import_cursor():
+            return
+        t = bridge_settings_table
+        values = {"value": str(last_id), "updated_at_ms": at_ms}
+        if self._import_conn.execute(update(t).where(t.c.key == CURSOR_KEY).values(**values)).rowcount == 0:
+            self._import_conn.execute(insert(t).values(key=CURSOR_KEY, **values))
+
+
+_RUN_FIELDS = tuple(f.name for f in fields(Run))
+_ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
+
+
+def _row(record: Run | RunAttempt, names: tuple[str, ...]) -> dict[str, Any]:
+    values = {name: getattr(record, name) for name in names}
+    values["status"] = record.status.value
+    return values
+
+
+def _event_row(event: RunEvent) -> dict[str, Any]:
+    return {"id": event.id, "run_id": event.run_id, "sequence": event.sequence, "type": event.type.value,
+            "dedupe_key": event.dedupe_key, "actor_type": event.actor_type.value, "actor_id": event.actor_id,
+            "attempt_id": event.attempt_id, "step_run_id": event.step_run_id,
+            "payload": encode_payload(event.payload, cap_bytes=2**31), "created_at_ms": event.created_at_ms}
+
+
+class _ImportUnitOfWork(SqlUnitOfWork):
+    """SqlUnitOfWork (same busy retry) whose transactions hand out an _ImportStore."""
+
+    def _once(self, work: Callable[[_ImportStore], T], read_only: bool) -> T:  # type: ignore[override]
+        with self.engine.connect() as conn:
+            if read_only:
+                conn = conn.execution_options(**{READ_ONLY: True})
+            with conn.begin():
+                return work(_ImportStore(conn))
+
+
+# -- the import loop ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Ended:
+    run: RunStatus
+    attempt: AttemptStatus
+    error_code: str | None
+
+
+_ENDED = {
+    int(InstanceStatus.FINISHED): _Ended(RunStatus.SUCCEEDED, AttemptStatus.SUCCEEDED, None),
+    int(InstanceStatus.ERROR): _Ended(RunStatus.FAILED, AttemptStatus.FAILED, ErrorCode.PROCESS_EXIT_ERROR.value),
+    int(InstanceStatus.STOPPED): _Ended(RunStatus.CANCELLED, AttemptStatus.CANCELLED,
+                                        ErrorCode.CANCELLED_BY_USER.value),
+}
+
+
+class _Importer:
+    def __init__(self, settings: Settings, engine: Engine, reader: LegacyReader, batch_size: int,
+                 clock: Clock) -> None:
+        self.reader = reader
+        self.batch_size = batch_size
+        self.clock = clock
+        self.cap = settings.payload_cap_bytes
+        self.uow = _ImportUnitOfWork(engine, busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
+                                     busy_attempts=IMPORT_BUSY_ATTEMPTS)
+        self.runs = RunService(self.uow, clock=clock, id_factory=new_id, payload_cap_bytes=self.cap)
+        self.cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
+        self.snapshots_stored: OrderedDict[str, None] = OrderedDict()
+        self.scheduler_mode = (detect_scheduler_mode() if settings.legacy_scheduler == "auto"
+                               else settings.legacy_scheduler)
+        self.tz = ZoneInfo(settings.legacy_tz or local_zone_name())
+
+    def run(self, console: Console, resume: bool, after_batch: BatchHook | None) -> ImportSummary:
+        stored_cursor = self.uow.read(lambda store: store.import_cursor())
+        start = stored_cursor if resume else 0
+        total, newest = _instance_span(self.reader.path, start)
+        summary = ImportSummary(total=total, resumed_after=start, last_id=stored_cursor)
+        if stored_cursor > newest:
+            summary.notes.append(f"the import cursor ({stored_cursor}) is past 2.x's newest instance ({newest}): "
+                                 "was 2.x's database replaced? Run again without resuming to rescan it.")
+        with Progress(TextColumn("importing 2.x instances"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as bar:
+            task = bar.add_task("import", total=summary.total)
+            instances = self.reader.iter_instances(after_id=start, batch_size=self.batch_size)
+            for batch in _chunks(instances, self.batch_size):
+                counts, revisions = self._commit(batch)
+                self._remember(revisions)
+                summary._add(counts)
+                summary.batches += 1
+                summary.last_id = max(summary.last_id, batch[-1].id)
+                bar.advance(task, len(batch))
+                if after_batch is not None:
+                    after_batch(batch[-1].id)
+        return summary
+
+    def _commit(self, batch: list[LegacyInstance]) -> tuple[Counter[str], set[str]]:
+        """Build the batch's Runs outside any transaction, then write them in one short one.
+
+        The write transaction re-checks the keys, so what a concurrent shadow write committed in between is
+        skipped. If a racing insert still wins (or the store stays locked), the batch is retried whole.
+        """
+        for attempt in range(1, BATCH_ATTEMPTS + 1):
+            planned = self._prepare(batch)
+            try:
+                return self.runs.transaction(lambda tx, planned=planned: self._write(tx, planned, batch))
+            except (IdempotencyKeyTakenError, DedupeKeyTakenError, StorageError):
+                if attempt == BATCH_ATTEMPTS:
+                    raise
+                time.sleep(BATCH_RETRY_SLEEP_S * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _remember(self, revisions: Iterable[str]) -> None:
+        for revision in revisions:
+            self.snapshots_stored[revision] = None
+            self.snapshots_stored.move_to_end(revision)
+        while len(self.snapshots_stored) > SNAPSHOT_MEMORY:
+            self.snapshots_stored.popitem(last=False)
+
+    def _prepare(self, batch: list[LegacyInstance]) -> list[_Planned]:
+        """Each instance's Run (as a ChangeSet), read-only: what is already in the store is not built again."""
+        plans = [_Plan.of(instance) for instance in batch]
+        present = self.uow.read(lambda store: store.existing_keys([k for p in plans for k in p.keys]))
+        build = _Builder(self.clock.now_ms(), self.cap)
+        out = []
+        for plan in plans:
+            status = plan.instance.status
+            if present.intersection(plan.keys):
+                out.append(_Planned(plan, "skipped"))
+            elif plan.instance.cron_id is None or (status not in _ENDED and status != InstanceStatus.RUNNING):
+                out.append(_Planned(plan, "unsupported"))
+            else:
+                cron = self.cron(plan.instance.cron_id)
+                revision = task_revision(cron) if cron is not None else DELETED_CRON_REVISION
+                snapshot = _snapshot(cron, revision, build.at_ms) if cron is not None else None
+                if status == InstanceStatus.RUNNING:
+                    decision = infer_scheduled_origin(cron, _begin_seconds(plan.instance), self.scheduler_mode,
+                                                      self.tz)
+                    out.append(_Planned(plan, "handed_to_shadow", _open_shadow(build, plan, revision, decision),
+                                        plan.shadow_key, "running", snapshot))
+                else:
+                    change, reached = _import_ended(build, plan, revision, _ENDED[int(status or 0)])
+                    out.append(_Planned(plan, "imported", change, plan.import_key, reached.value, snapshot))
+        return out
+
+    # One transaction: it may run again on a busy retry, so it only touches the database.
+    def _write(self, tx: RunTransaction, planned: list[_Planned],
+               batch: list[LegacyInstance]) -> tuple[Counter[str], set[str]]:
+        store = _store(tx)
+        present = store.existing_keys([p.key for p in planned if p.key is not None])
+        counts: Counter[str] = Counter(scanned=len(batch))
+        revisions: set[str] = set()
+        changes: list[ChangeSet] = []
+        for p in planned:
+            if p.change is None or p.key is None:
+                counts[p.outcome] += 1
+                continue
+            if p.key in present:  # committed by someone else since _prepare (or twice in this batch)
+                counts["skipped"] += 1
+                continue
+            present.add(p.key)
+            changes.append(p.change)
+            counts[p.outcome] += 1
+            counts["unusable_times"] += p.plan.unusable
+            if p.outcome == "imported":
+                counts[f"status:{p.status}"] += 1
+                counts["finish_time_unknown"] += p.change.run.error_code == FINISH_TIME_UNKNOWN
+            if p.snapshot is None:
+                counts["deleted_crons"] += 1
+            elif p.snapshot.task_revision not in revisions and p.snapshot.task_revision not in self.snapshots_stored:
+                tx.store.put_task_snapshot(p.snapshot)
+                revisions.add(p.snapshot.task_revision)
+        store.insert_new_runs(changes)  # what tx.commit would write, one multi-row insert per table
+        tx.committed.extend(changes)
+        store.advance_import_cursor(batch[-1].id, tx.at_ms)
+        return counts, revisions
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """What _prepare decided for one instance: an outcome, and for a new Run its ChangeSet and key."""
+
+    plan: _Plan
+    outcome: str  # imported | handed_to_shadow | skipped | unsupported
+    change: ChangeSet | None = None
+    key: str | None = None
+    status: str | None = None
+    snapshot: TaskSnapshot | None = None
+
+
+@dataclass(frozen=True)
+class _Builder:
+    """Where new Runs are built: RunTransaction.create's work, done before the transaction opens."""
+
+    at_ms: int
+    cap: int
+
+    def new_id(self) -> str:
+        return new_id()
+
+    def create(self, run: Run, payload: dict[str, Any]) -> RunChange:
+        return RunChange.create(run, actor=IMPORTER, at_ms=self.at_ms, new_id=new_id, payload_cap_bytes=self.cap,
+                                payload=payload)
+
+
+def _store(tx: RunTransaction) -> _ImportStore:
+    assert isinstance(tx.store, _ImportStore)
+    return tx.store
+
+
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One instance with its times in ms (None when unknown or unusable) and both of its possible Run keys."""
+
+    instance: LegacyInstance
+    started_ms: int | None
+    finished_ms: int | None
+    exit_code: int | None
+    log_ref: str | None
+    unusable: int  # times / exit code that could not be converted
+
+    @property
+    def import_key(self) -> str:
+        return f"legacy-import:{self.instance.id}"
+
+    @property
+    def facts(self) -> CallbackFacts:
+        return CallbackFacts(cron_id=self.instance.cron_id or 0, pid=self.instance.pid, log_ref=self.log_ref,
+                             started_at_ms=self.started_ms, duration_ms=None, exit_code=None, received_at_ms=0)
+
+    @property
+    def shadow_key(self) -> str:
+        """ShadowRecorder's key for this execution (CallbackFacts.execution_key, bridge.reconciler.run_key)."""
+        return self.facts.execution_key
+
+    @property
+    def keys(self) -> tuple[str, str]:
+        return self.import_key, self.shadow_key
+
+    @classmethod
+    def of(cls, instance: LegacyInstance) -> _Plan:
+        unusable: list[str] = []
+        return cls(instance, _ms(instance.started_at, "started_at", unusable),
+                   _ms(instance.finished_at, "finished_at", unusable), _exit_code(instance.exit_code, unusable),
+                   log_path_digest(instance.log_path), len(unusable))
+
+
+def _ms(seconds: int | float | None, name: str, unusable: list[str]) -> int | None:
+    if seconds is None:
+        return None
+    try:
+        return epoch_seconds_to_ms(seconds, field=name)
+    except LegacyTimeError:
+        unusable.append(name)
+        return None
+
+
+def _exit_code(value: int | float | None, unusable: list[str]) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and value in _EXIT_CODE_RANGE:
+        return value
+    unusable.append("exit_code")
+    return None
+
+
+def _begin_seconds(instance: LegacyInstance) -> int | None:
+    value = instance.started_at
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _snapshot(cron: LegacyCron, revision: str, at_ms: int) -> TaskSnapshot:
+    return TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id, name=cron.name,
+                        command=cron.command, schedule=cron.schedule, work_dir=cron.work_dir, log_name=cron.log_name,
+                        created_at_ms=at_ms)
+
+
+def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: _Ended) -> tuple[ChangeSet, RunStatus]:
+    """A terminal Run + Attempt 1 through every legal step, each marked synthesized, and the status reached."""
+    instance, started, finished = plan.instance, plan.started_ms, plan.finished_ms
+    cron_id = instance.cron_id or 0
+    error_code = ended.error_code
+    if instance.status == InstanceStatus.STOPPED and instance.finished_at is None:
+        error_code = FINISH_TIME_UNKNOWN  # 2.x's boot reset (legacy-2x.md 5.1): when it ended is not known
+    created = started if started is not None else build.at_ms
+    duration = finished - started if started is not None and finished is not None and finished >= started else None
+    run = Run(
+        id=build.new_id(), project_id=PROJECT_ID, task_id=task_id(cron_id), task_revision=revision,
+        trigger_type=IMPORT_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=created,
+        legacy_cron_id=cron_id, idempotency_key=plan.import_key, origin=None, origin_evidence=IMPORT_MODE,
+        mode=IMPORT_MODE, owner=Owner.LEGACY.value, legacy_pid=instance.pid, log_ref=plan.log_ref, synthesized=True,
+    )
+    change = build.create(run, {"evidence": IMPORT_MODE, "legacy_status": instance.status, **_SYNTH})
+    change.move_run(RunStatus.QUEUED, payload=_SYNTH, queued_at_ms=created)
+    change.move_run(RunStatus.DISPATCHING, payload=_SYNTH)
+    attempt = change.add_attempt(RunAttempt(
+        id=build.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED, executor_type="legacy_shell",
+        callback_sequence=0, created_at_ms=created, pid=instance.pid, log_artifact_id=plan.log_ref,
+        synthesized=True), payload={"pid": instance.pid, "log_ref": plan.log_ref, **_SYNTH})
+    attempt = change.move_attempt(attempt, AttemptStatus.STARTING, payload=_SYNTH)
+    attempt = change.move_attempt(attempt, AttemptStatus.RUNNING, payload=_SYNTH, started_at_ms=started)
+    change.move_run(RunStatus.RUNNING, payload=_SYNTH, started_at_ms=started)
+    end: dict[str, Any] = {k: v for k, v in (("exit_code", plan.exit_code), ("finished_at_ms", finished),
+                                             ("duration_ms", duration), ("error_code", error_code)) if v is not None}
+    errors = {"error_code": error_code} if error_code else {}
+    change.move_attempt(attempt, ended.attempt, payload={**end, **_SYNTH}, finished_at_ms=finished,
+                        exit_code=plan.exit_code, **errors)
+    reached = change.move_run(ended.run, payload={**end, **_SYNTH}, finished_at_ms=finished, duration_ms=duration,
+                              **errors)
+    return change.result(), reached
+
+
+def _open_shadow(build: _Builder, plan: _Plan, revision: str, decision: OriginDecision) -> ChangeSet:
+    """A still-running instance as the shadow path opens one (bridge/service/shadow.py ``_open_run`` with a
+    synthesized start): same key, owner legacy, mode shadow, Run and Attempt 1 running, so the shell's end
+    callback closes it through ShadowRecorder.record_end."""
+    instance, facts = plan.instance, plan.facts
+    started = plan.started_ms if plan.started_ms is not None else build.at_ms
+    evidence = f"{IMPORT_MODE}:{decision.evidence}"
+    run = Run(
+        id=build.new_id(), project_id=PROJECT_ID, task_id=task_id(facts.cron_id), task_revision=revision,
+        trigger_type=IMPORT_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=started,
+        legacy_cron_id=facts.cron_id, idempotency_key=facts.execution_key, origin=decision.origin,
+        origin_evidence=evidence, mode=Mode.SHADOW.value, owner=Owner.LEGACY.value, legacy_pid=instance.pid,
+        log_ref=plan.log_ref, synthesized=True, received_at_ms=build.at_ms,
+    )
+    change = build.create(run, {"origin": decision.origin, "evidence": evidence, "legacy_status": instance.status,
+                                **_SYNTH})
+    change.move_run(RunStatus.QUEUED, payload=_SYNTH, queued_at_ms=started)
+    change.move_run(RunStatus.DISPATCHING, payload=_SYNTH)
+    attempt = change.add_attempt(RunAttempt(
+        id=build.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED, executor_type="legacy_shell",
+        callback_sequence=0, created_at_ms=started, pid=instance.pid, log_artifact_id=plan.log_ref,
+        synthesized=True), payload={"pid": instance.pid, "log_ref": plan.log_ref, **_SYNTH})
+    attempt = change.move_attempt(attempt, AttemptStatus.STARTING, payload=_SYNTH)
+    change.move_attempt(attempt, AttemptStatus.RUNNING, payload=_SYNTH, started_at_ms=started)
+    change.move_run(RunStatus.RUNNING, payload=_SYNTH, started_at_ms=started)
+    return change.result()
+
+
+__all__ = [
+    "CURSOR_KEY", "DELETED_CRON_REVISION", "FINISH_TIME_UNKNOWN", "IMPORT_MODE", "ImportRefusedError",
+    "ImportSummary", "backup_copy", "print_summary", "run_import",
+]

@@ -1,0 +1,58 @@
+"""Imported history stays out of reconciliation, reports' gates and retries."""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from bridge.domain.commands import RetryRun
+from bridge.domain.errors import RetryNotAllowedError
+from bridge.importer import run_import
+from bridge.metrics import BridgeMetrics
+from bridge.reconciler import Reconciler, ReconcileSettings
+from bridge.reporting import build_report
+from bridge.service.clock import SystemClock
+from bridge.service.ports import StaticModes
+from bridge.service.run_service import RunService
+from bridge.storage.reconcile_queries import ReconcileStore
+from legacy_adapters.reader import LegacyReader
+from tests.contract.lifecycle import ACTOR
+from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
+
+ALL = frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"})
+
+
+def imported(env: ImportEnv) -> None:
+    cron = env.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    add_instances(env.data, [Instance(cron, 1, BEGIN_S + 1, BEGIN_S + 5, 0, pid=10 + i, log_path=f"h/{i}.log")
+                             for i in range(3)] + [Instance(cron, 3, BEGIN_S + 1, BEGIN_S + 9, 2, pid=20)])
+    run_import(env.settings)
+
+
+def test_the_reconciler_leaves_imported_history_alone(env: ImportEnv) -> None:
+    imported(env)
+    reconciler = Reconciler(
+        ReconcileStore(env.engine), RunService(env.backend.uow, clock=SystemClock()),  # type: ignore[arg-type]
+        LegacyReader(env.data.database_path), StaticModes(ALL), BridgeMetrics(), SystemClock(),
+        scheduler_mode="node", tz=ZoneInfo("UTC"),
+        settings=ReconcileSettings(grace_s=0, lookback_s=366 * 86_400))
+    result = reconciler.run_once()
+    assert result.result == "ok" and result.stats["findings"] == 0
+    assert ReconcileStore(env.engine).open_mismatches() == []
+
+
+def test_reports_count_imported_history_as_excluded_not_missing(env: ImportEnv) -> None:
+    imported(env)
+    report = build_report(env.settings, env.engine, LegacyReader(env.data.database_path),
+                          since_ms=(BEGIN_S - 60) * 1000, until_ms=(BEGIN_S + 3600) * 1000)
+    figures = [o["figures"] for o in report["origins"] if o["figures"]["legacy_import_excluded"]]
+    assert sum(f["legacy_import_excluded"] for f in figures) == 4
+    assert sum(o["figures"]["executions_observed"] for o in report["origins"]) == 0
+
+
+def test_imported_runs_are_never_retried(env: ImportEnv) -> None:
+    imported(env)
+    failed = next(r for r in env.runs() if r["status"] == "failed")
+    with pytest.raises(RetryNotAllowedError):
+        RunService(env.backend.uow, clock=SystemClock()).retry_run(RetryRun(failed["id"], ACTOR))  # type: ignore[arg-type]
