@@ -33,6 +33,7 @@ ERROR_STATUS: Mapping[str, int] = MappingProxyType({
     "INVALID_QUERY": 400,
     "LEGACY_UNAUTHORIZED": 401,
     "INVALID_FLAG_CHANGE": 400,
+    "LEGACY_IMPORT_REFUSED": 409,  # the configured file is not (or no longer) an importable 2.x database
     "PROMOTION_REFUSED": 409,  # a gate is failing; the refusal names it
     "ADMIN_UNAUTHORIZED": 401,
     "ADMIN_DISABLED": 403,  # no admin token has been created yet

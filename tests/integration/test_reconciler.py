@@ -19,7 +19,7 @@ from sqlalchemy import select, update
 
 from bridge.interception import ShadowInterceptor
 from bridge.metrics import BridgeMetrics
-from bridge.reconciler import ReconcileSettings, Reconciler
+from bridge.reconciler import Reconciler, ReconcileSettings
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService

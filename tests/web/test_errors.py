@@ -18,15 +18,17 @@ OUR_PACKAGES = ("bridge", "legacy_adapters", "projections")
 
 
 def all_bridge_errors() -> list[type[BridgeError]]:
-    """Every BridgeError subclass defined in the project, after importing each package's errors modules."""
+    """Every BridgeError subclass defined in the project, after importing every module of each package.
+
+    Errors live beside the code that raises them (flags, importer, projector), not only in errors.py.
+    """
     for name in OUR_PACKAGES:
         try:
             package = importlib.import_module(name)
         except ImportError:
             continue
         for module in pkgutil.walk_packages(package.__path__, f"{name}.", onerror=lambda _name: None):
-            if module.name.rsplit(".", 1)[-1] == "errors":
-                importlib.import_module(module.name)
+            importlib.import_module(module.name)
     found: list[type[BridgeError]] = []
     pending = [BridgeError]
     while pending:
