@@ -72,7 +72,7 @@ class Container:
 def build_flags(store: Store) -> FlagService:
     from bridge.storage.flags import SqlFlagStore
 
-    return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms)
+    return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms, primary_available=True)
 
 
 def build_container(settings: Settings, *, schedule_reconciler: bool = False) -> Container:
@@ -83,7 +83,14 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False) ->
     container.flags = build_flags(store)
     modes = CachedModes(container.flags)
     if settings.legacy_database_path is not None:
-        interceptor = build_interceptor(settings, store, metrics, modes)
+        notify: Callable[[], None] = lambda: None  # noqa: E731 - no projector outside `bridge serve`
+        if schedule_reconciler:  # the serving process: it also keeps 2.x's columns current (primary mode)
+            from bridge.projector import start_projector_thread
+
+            projector = start_projector_thread(store.engine, settings.legacy_database_path, metrics)
+            container.closers.append(projector.close)
+            notify = projector.notify
+        interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify)
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
         if schedule_reconciler:

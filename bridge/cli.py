@@ -80,12 +80,18 @@ def db_upgrade(revision: str) -> None:
 @main.command()
 def status() -> None:
     """Show the bridge store's schema revision and what it has recorded."""
+    from bridge.bootstrap import build_flags
+    from bridge.projector import projection_status
     from bridge.storage.summary import summarize
 
     settings = _settings()
     store = _store(settings)
+    modes, outbox = "", None
     try:
         summary = summarize(store.engine)
+        if summary.up_to_date:
+            modes = ", ".join(f"{o}={m.value}" for o, m in build_flags(store).modes().items() if m.value != "off")
+            outbox = projection_status(store.engine)
     except BridgeError as exc:
         _fail(f"{exc.code}: {exc.message}")
     finally:
@@ -93,7 +99,9 @@ def status() -> None:
     console.print(f"store    {safe_url(settings.database_url)} ({summary.backend})")
     state = "up to date" if summary.up_to_date else f"behind head {summary.head}: run `bridge db upgrade`"
     console.print(f"schema   {summary.revision or 'empty'} ({state})")
-    console.print(f"shadow   {', '.join(sorted(settings.shadow_origins)) or 'no origin (pure pass-through)'}")
+    console.print(f"modes    {modes or 'every origin off (pure pass-through)'}")
+    if outbox is not None:
+        console.print(f"projection outbox {outbox['counts'] or 'empty'}")
     table = Table("runs by status", "count")
     for name, count in sorted(summary.runs_by_status.items()):
         table.add_row(name, str(count))
@@ -206,6 +214,24 @@ def import_legacy(batch_size: int, rescan: bool) -> None:
         _fail(f"{exc.code}: {exc.message}")
         raise
     print_summary(summary, console)
+
+
+@main.group()
+def projection() -> None:
+    """Primary mode: the outbox that keeps 2.x's columns current."""
+
+
+@projection.command("retry")
+def projection_retry() -> None:
+    """Put every parked projection row back in the queue with a fresh retry budget."""
+    from bridge.projector import requeue_parked
+
+    try:
+        count = requeue_parked(_settings())
+    except BridgeError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+        raise
+    click.echo(f"{count} parked projection row(s) queued again")
 
 
 @main.group()

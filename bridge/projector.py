@@ -112,14 +112,19 @@ class ProjectorThread:
 
 def start_projector_thread(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
                            interval_s: float = 0.2) -> ProjectorThread:
-    """The serving projector: one per store (a lease row keeps other processes out), already started."""
+    """The serving projector, already started: pass its ``notify`` as the primary path's on-commit hook and
+    its ``close`` to the container's closers. A lease row keeps it to one process per store."""
     outbox = SqlOutbox(engine)
+    writer = LegacyStatusWriter(legacy_database_path)
     holder = f"projector-{uuid.uuid4().hex[:12]}"
     clock = SystemClock()
-    projector = Projector(outbox, LegacyStatusWriter(legacy_database_path), metrics, clock)
-    thread = ProjectorThread(projector, interval_s,
-                             lease=lambda: outbox.hold_lease(holder, clock.now_ms(), LEASE_MS),
-                             on_close=lambda: outbox.release_lease(holder))
+
+    def close() -> None:
+        writer.close()
+        outbox.release_lease(holder)
+
+    thread = ProjectorThread(Projector(outbox, writer, metrics, clock), interval_s,
+                             lease=lambda: outbox.hold_lease(holder, clock.now_ms(), LEASE_MS), on_close=close)
     return thread.start()
 
 

@@ -123,9 +123,23 @@ def build_report(settings: Settings, engine: Engine, reader: LegacyReader, *, si
     entries = [_entry(o, tally, thresholds, window, modes.get(o)) for o in selected]
     wanted = None if origins is None else [None if o == UNKNOWN else o for o in selected]
     rows = queries.mismatch_timeline(since_ms, until_ms, wanted)
-    return assemble(generated_at_ms=now_ms if now_ms is not None else _now_ms(), window=window,
-                    thresholds=thresholds, origins=entries, mismatch_timeline=timeline(rows),
-                    notes=_standard_notes(scan.excluded) + notes)
+    report = assemble(generated_at_ms=now_ms if now_ms is not None else _now_ms(), window=window,
+                      thresholds=thresholds, origins=entries, mismatch_timeline=timeline(rows),
+                      notes=_standard_notes(scan.excluded) + notes + _projection_notes(engine))
+    return report
+
+
+def _projection_notes(engine: Engine) -> list[str]:
+    """Primary mode: parked projection rows are shown, never hidden (`bridge projection retry` re-queues them)."""
+    from bridge.projector import projection_status
+
+    status = projection_status(engine)
+    parked = status["counts"].get("parked", 0)
+    if not parked:
+        return []
+    crons = ", ".join(str(row["legacy_cron_id"]) for row in status["parked"])
+    return [f"{parked} projection outbox row(s) are parked (2.x's columns are behind for cron(s) {crons}); "
+            "run `bridge projection retry` once 2.x's database accepts writes."]
 
 
 class _Scan:

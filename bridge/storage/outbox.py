@@ -7,16 +7,19 @@ bridge-owned Runs (owner = 'bridge') and are bounded: the newest rows per status
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, bindparam, delete, func, insert, or_, select, union_all, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL
 from bridge.storage.engine import READ_ONLY
+from bridge.storage.errors import is_sqlite_busy
 from bridge.storage.schema import (
     job_leases_table,
     legacy_instance_map_table,
@@ -25,13 +28,14 @@ from bridge.storage.schema import (
     runs_table,
 )
 from projections.legacy_status import RunFacts
-from projections.relay import CronFacts, OutboxRow
+from projections.relay import Applied, CronFacts, OutboxRow, RowInputs
 
 ACTIVE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
 RECENT_LIMIT = 64
 STATES = ("pending", "applied", "parked")
 _OWNER = "bridge"
 _LEASE = "projector"
+T = TypeVar("T")
 _o, _r, _a, _m = projection_outbox_table, runs_table, run_attempts_table, legacy_instance_map_table
 
 
@@ -74,11 +78,85 @@ _NEWEST_ACTIVE = _newest_statement(RUN_ACTIVE, ACTIVE_LIMIT)
 _NEWEST_TERMINAL = _newest_statement(RUN_TERMINAL, RECENT_LIMIT)
 
 
+def _cron_facts(conn: Connection, cron_id: int) -> CronFacts:
+    active = [dict(m) for m in conn.execute(_NEWEST_ACTIVE, {"cron_id": cron_id}).mappings()]
+    recent = [dict(m) for m in conn.execute(_NEWEST_TERMINAL, {"cron_id": cron_id}).mappings()]
+    attempts = _latest_attempts(conn, [r["id"] for r in (*active, *recent)])
+    active_facts = [_facts(r, attempts.get(r["id"])) for r in active]
+    recent_facts = [_facts(r, attempts.get(r["id"])) for r in recent]
+    started = [f for f in (*active_facts, *recent_facts) if f.started_at_ms is not None]
+    latest = max(started, key=lambda f: (f.started_at_ms, f.created_at_ms, f.run_id), default=None)
+    latest_terminal = max(recent_facts, default=None,
+                          key=lambda f: (f.finished_at_ms or f.created_at_ms, f.created_at_ms, f.run_id))
+    return active_facts, latest, latest_terminal
+
+
+def _latest_attempts(conn: Connection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    latest: dict[str, dict[str, Any]] = {}
+    if not run_ids:
+        return latest
+    for m in conn.execute(select(_a).where(_a.c.run_id.in_(run_ids))).mappings():
+        known = latest.get(m["run_id"])
+        if known is None or m["attempt"] > known["attempt"]:
+            latest[m["run_id"]] = dict(m)
+    return latest
+
+
+def _run_facts(conn: Connection, run_id: str, attempt_id: str | None) -> RunFacts | None:
+    run = conn.execute(select(*_RUN_COLUMNS).where(_r.c.id == run_id)).mappings().first()
+    if run is None or run["legacy_cron_id"] is None:
+        return None
+    if attempt_id is None:
+        return _facts(run, _latest_attempts(conn, [run_id]).get(run_id))
+    attempt = conn.execute(select(_a).where(_a.c.id == attempt_id, _a.c.run_id == run_id)).mappings().first()
+    return _facts(run, attempt) if attempt is not None else None
+
+
+def _instance_id(conn: Connection, attempt_id: str) -> int | None:
+    found = conn.execute(select(_m.c.legacy_instance_id).where(_m.c.attempt_id == attempt_id)).scalar()
+    return int(found) if found is not None else None
+
+
+def _remember(conn: Connection, attempt_id: str, instance_id: int, cron_id: int, at_ms: int) -> None:
+    known = _instance_id(conn, attempt_id)
+    if known == instance_id:
+        return
+    owner = conn.execute(select(_m.c.attempt_id).where(_m.c.legacy_instance_id == instance_id)).scalar()
+    if owner is not None:
+        # Only possible if two Attempts share cron, pid, log_path and start second (adoption cannot tell
+        # them apart): the row stays with the Attempt that has it, and this batch is not stalled for it.
+        return
+    if known is None:
+        conn.execute(insert(_m).values(attempt_id=attempt_id, legacy_instance_id=instance_id,
+                                       legacy_cron_id=cron_id, created_at_ms=at_ms))
+    else:
+        conn.execute(update(_m).where(_m.c.attempt_id == attempt_id).values(legacy_instance_id=instance_id))
+
+
 class SqlOutbox:
     """The projector's OutboxPort over one engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, busy_budget_ms: int = 400, busy_attempts: int = 4) -> None:
         self.engine = engine
+        self._budget_s = busy_budget_ms / 1000
+        self._attempts = max(1, busy_attempts)
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        """One write transaction, run again (bounded, jittered) while SQLite reports the store locked.
+
+        Marking rows applied must not fail just because a callback holds the store's write lock for a
+        moment: a failed ``complete`` means the whole batch is written to 2.x again on the next pass."""
+        deadline = time.monotonic() + self._budget_s
+        for attempt in range(1, self._attempts + 1):
+            try:
+                with self.engine.begin() as conn:
+                    return work(conn)
+            except DBAPIError as exc:
+                remaining = deadline - time.monotonic()
+                if not is_sqlite_busy(exc) or attempt == self._attempts or remaining <= 0:
+                    raise
+                time.sleep(min(remaining, random.uniform(0, self._budget_s / self._attempts)))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -108,67 +186,55 @@ class SqlOutbox:
     def facts_for_cron(self, cron_id: int) -> CronFacts:
         """(active Runs newest first, latest started Run, latest terminal Run), bridge-owned only."""
         with self._read() as conn:
-            active = self._newest(conn, cron_id, _NEWEST_ACTIVE)
-            recent = self._newest(conn, cron_id, _NEWEST_TERMINAL)
-            attempts = self._latest_attempts(conn, [r["id"] for r in (*active, *recent)])
-        active_facts = [_facts(r, attempts.get(r["id"])) for r in active]
-        recent_facts = [_facts(r, attempts.get(r["id"])) for r in recent]
-        started = [f for f in (*active_facts, *recent_facts) if f.started_at_ms is not None]
-        latest = max(started, key=lambda f: (f.started_at_ms, f.created_at_ms, f.run_id), default=None)
-        latest_terminal = max(recent_facts, default=None,
-                              key=lambda f: (f.finished_at_ms or f.created_at_ms, f.created_at_ms, f.run_id))
-        return active_facts, latest, latest_terminal
-
-    def _newest(self, conn: Connection, cron_id: int, statement: Select[Any]) -> list[dict[str, Any]]:
-        return [dict(m) for m in conn.execute(statement, {"cron_id": cron_id}).mappings()]
-
-    def _latest_attempts(self, conn: Connection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
-        latest: dict[str, dict[str, Any]] = {}
-        if not run_ids:
-            return latest
-        for m in conn.execute(select(_a).where(_a.c.run_id.in_(run_ids))).mappings():
-            known = latest.get(m["run_id"])
-            if known is None or m["attempt"] > known["attempt"]:
-                latest[m["run_id"]] = dict(m)
-        return latest
+            return _cron_facts(conn, cron_id)
 
     def run_facts(self, run_id: str, attempt_id: str | None) -> RunFacts | None:
         """The Run with the named Attempt (or its latest); None when either does not exist."""
         with self._read() as conn:
-            run = conn.execute(select(_r).where(_r.c.id == run_id)).mappings().first()
-            if run is None or run["legacy_cron_id"] is None:
-                return None
-            if attempt_id is None:
-                attempt = self._latest_attempts(conn, [run_id]).get(run_id)
-            else:
-                attempt = conn.execute(select(_a).where(_a.c.id == attempt_id, _a.c.run_id == run_id)
-                                       ).mappings().first()
-                if attempt is None:
-                    return None
-        return _facts(run, attempt)
+            return _run_facts(conn, run_id, attempt_id)
+
+    def instance_id(self, attempt_id: str) -> int | None:
+        """The 2.x RunningInstances row id mapped to the Attempt, or None."""
+        with self._read() as conn:
+            return _instance_id(conn, attempt_id)
+
+    def inputs(self, rows: Sequence[OutboxRow]) -> list[RowInputs]:
+        """run_facts, facts_for_cron and instance_id for each row, from one consistent read transaction."""
+        found: list[RowInputs] = []
+        with self._read() as conn:
+            crons: dict[int, CronFacts] = {}
+            for row in rows:
+                if row.legacy_cron_id not in crons:
+                    crons[row.legacy_cron_id] = _cron_facts(conn, row.legacy_cron_id)
+                attempt = row.attempt_id
+                found.append(RowInputs(
+                    facts=_run_facts(conn, row.run_id, attempt) if attempt is not None else None,
+                    cron=crons[row.legacy_cron_id],
+                    instance_id=_instance_id(conn, attempt) if attempt is not None else None))
+        return found
 
     # -- the instance mapping ------------------------------------------------------------------------
 
-    def instance_id(self, attempt_id: str) -> int | None:
-        with self._read() as conn:
-            found = conn.execute(select(_m.c.legacy_instance_id).where(_m.c.attempt_id == attempt_id)).scalar()
-        return int(found) if found is not None else None
-
     def remember_instance(self, attempt_id: str, instance_id: int, cron_id: int, at_ms: int) -> None:
         """Map the Attempt to its 2.x row; a no-op when already mapped there (repointed if that row vanished)."""
-        with self.engine.begin() as conn:
-            known = conn.execute(select(_m.c.legacy_instance_id).where(_m.c.attempt_id == attempt_id)).scalar()
-            if known is None:
-                conn.execute(insert(_m).values(attempt_id=attempt_id, legacy_instance_id=instance_id,
-                                               legacy_cron_id=cron_id, created_at_ms=at_ms))
-            elif int(known) != instance_id:
-                conn.execute(update(_m).where(_m.c.attempt_id == attempt_id).values(legacy_instance_id=instance_id))
+        self._write(lambda conn: _remember(conn, attempt_id, instance_id, cron_id, at_ms))
+
+    def complete(self, done: Sequence[Applied], at_ms: int) -> None:
+        """After 2.x committed: remember each mapping and mark each row applied, in one transaction."""
+        def work(conn: Connection) -> None:
+            for item in done:
+                if item.attempt_id is not None and item.instance_id is not None:
+                    _remember(conn, item.attempt_id, item.instance_id, item.cron_id, at_ms)
+            conn.execute(update(_o).where(_o.c.id.in_([item.row_id for item in done]), _o.c.state == "pending")
+                         .values(state="applied", applied_at_ms=at_ms, last_error=None))
+
+        self._write(work)
 
     # -- row states ----------------------------------------------------------------------------------
 
     def _set(self, row_id: int, **values: Any) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(update(_o).where(_o.c.id == row_id, _o.c.state == "pending").values(**values))
+        self._write(lambda conn: conn.execute(update(_o).where(_o.c.id == row_id, _o.c.state == "pending")
+                                              .values(**values)))
 
     def mark_applied(self, row_id: int, at_ms: int) -> None:
         self._set(row_id, state="applied", applied_at_ms=at_ms, last_error=None)
@@ -182,9 +248,9 @@ class SqlOutbox:
 
     def requeue_parked(self, now_ms: int) -> int:
         """Give every parked row a fresh retry budget, due now; returns how many."""
-        with self.engine.begin() as conn:
-            return conn.execute(update(_o).where(_o.c.state == "parked")
-                                .values(state="pending", attempts=0, next_attempt_at_ms=now_ms)).rowcount
+        return self._write(lambda conn: conn.execute(
+            update(_o).where(_o.c.state == "parked").values(state="pending", attempts=0, next_attempt_at_ms=now_ms)
+        ).rowcount)
 
     # -- for reports and `bridge status` -------------------------------------------------------------
 

@@ -152,3 +152,47 @@ def test_metrics_labels_never_carry_ids_or_commands(site: tuple[Site, Legacy2xDo
     for forbidden in (str(run["id"]), "secret_job", "99999", "777", s.data.system_token):
         assert forbidden not in labels
     assert 'shadow_run_create_total{origin="scheduled_system"} 1.0' in body
+
+
+def wait_for(check, timeout_s: float = 10.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_rollback_drill_promote_run_demote_with_one_in_flight(site: tuple[Site, Legacy2xDouble]) -> None:
+    s, double = site
+    s.env["BRIDGE_GATE_MIN_EXECUTIONS"] = "5"
+    cron = s.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    statuses = lambda: len([r for r in double.requests() if r.path == "/open/crons/status"])  # noqa: E731
+    with bridge_process(s.env, s.url):
+        for pid in range(300, 306):  # measured in shadow first
+            s.status(render_status_body(cron, 0, pid, f"h/{pid}.log", BEGIN))
+            s.status(render_status_body(cron, 1, pid, f"h/{pid}.log", BEGIN, 2, 0))
+        report = s.cli("report", "--origin", "scheduled_system", "--out", str(Path(s.env["BRIDGE_DATA_DIR"]) / "r"))
+        assert report.returncode == 0, report.stderr
+        promoted = s.cli("flags", "set", "scheduled_system", "primary", "--actor", "ops", "--reason", "drill")
+        assert promoted.returncode == 0, promoted.stderr
+        time.sleep(1.2)
+        before = statuses()
+        assert s.status(render_status_body(cron, 0, 400, "h/400.log", BEGIN)).content == b'{"code":200}'
+        assert statuses() == before  # answered by the bridge; 2.x only sees the projection
+        wait_for(lambda: [r for r in s.data.instance_rows(cron) if r["pid"] == 400])
+        assert s.data.cron_row(cron)["status"] == 0 and s.data.cron_row(cron)["pid"] == 400  # type: ignore[index]
+        demoted = s.cli("flags", "set", "scheduled_system", "off", "--actor", "ops", "--reason", "rollback")
+        assert demoted.returncode == 0, demoted.stderr
+        time.sleep(1.2)
+        assert s.status(render_status_body(cron, 1, 400, "h/400.log", BEGIN, 5, 0)).content == b'{"code":200}'
+        assert statuses() == before  # the in-flight execution stays the bridge's to the end
+        (row,) = wait_for(lambda: [r for r in s.data.instance_rows(cron) if r["pid"] == 400 and r["status"] == 1])
+        assert row["exit_code"] == 0 and row["finished_at"] is not None
+        assert wait_for(lambda: s.data.cron_row(cron)["status"] == 1)  # type: ignore[index]
+        s.status(render_status_body(cron, 0, 401, "h/401.log", BEGIN))
+        assert statuses() == before + 1  # new executions go back to 2.x
+    primary = s.run(cron, 400, "h/400.log")
+    assert primary is not None and (primary["mode"], primary["status"]) == ("primary", "succeeded")
+    assert s.run(cron, 401, "h/401.log") is None
