@@ -22,6 +22,8 @@ from bridge.storage.schema import (
 )
 
 _TERMINAL = tuple(s.value for s in RUN_TERMINAL)
+# Shadow Runs (2.x is the truth) and primary Runs (2.x's columns are our projection: a difference is drift).
+_COMPARED_OWNERS = ("legacy", "bridge")
 _ADVISORY_KEY = 0x716C6272  # "qlbr": one lock id for the reconciler across replicas
 RECONCILER_KINDS = ("missing", "orphan", "duplicate", "stuck", "active_state", "pid", "terminal_status",
                     "exit_code", "start_time", "finish_time")
@@ -61,7 +63,7 @@ class ReconcileStore:
         r, s = runs_table, reconcile_seen_table
         seen = select(s.c.run_id).where(s.c.pass_id == pass_id, s.c.run_id == r.c.id).exists()
         stmt = (select(r.c.id, r.c.origin, r.c.legacy_cron_id, r.c.created_at_ms, r.c.status, r.c.synthesized)
-                .where(r.c.owner == "legacy", r.c.mode != "legacy_import", r.c.created_at_ms >= since_ms,
+                .where(r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != "legacy_import", r.c.created_at_ms >= since_ms,
                        r.c.created_at_ms <= until_ms, ~seen,
                        or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
                 .order_by(r.c.created_at_ms, r.c.id).limit(limit))
@@ -74,7 +76,7 @@ class ReconcileStore:
         stmt = (select(r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref, func.count().label("n"),
                        func.min(r.c.id).label("first_id"), func.max(r.c.id).label("last_id"),
                        func.max(r.c.origin).label("origin"))
-                .where(r.c.owner == "legacy", r.c.mode != "legacy_import", r.c.created_at_ms >= since_ms,
+                .where(r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != "legacy_import", r.c.created_at_ms >= since_ms,
                        r.c.legacy_pid.isnot(None))
                 .group_by(r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref).having(func.count() > 1).limit(limit))
         with self.read() as conn:
@@ -86,7 +88,7 @@ class ReconcileStore:
         stmt = (select(r.c.id, r.c.legacy_cron_id, r.c.status, r.c.created_at_ms, r.c.origin, a.c.pid)
                 .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
                 .where(r.c.legacy_cron_id.in_(list(cron_ids)), r.c.status.notin_(_TERMINAL),
-                       r.c.owner == "legacy", r.c.mode != "legacy_import")
+                       r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != "legacy_import")
                 .order_by(r.c.created_at_ms.desc()))
         out: dict[int, list[dict[str, Any]]] = {}
         with self.read() as conn:

@@ -314,3 +314,17 @@ def test_startup_cancels_a_run_whose_2x_instance_was_stopped(world: World) -> No
     world.direct(f"[{c}]".encode(), "/open/crons/stop")
     assert recover(world) == {"cancelled": 1}
     assert status_of(world, c, 34, "st.log") == ("cancelled", "cancelled")
+
+
+def test_projection_drift_of_a_primary_run_is_found_and_resolved_once_projected(world: World,
+                                                                                sql_backend: Backend) -> None:
+    from bridge.projector import build_projector
+
+    c = cron(world)
+    facts = CallbackFacts(c, 35, log_path_digest("pr.log"), BEGIN * 1000, None, None, BEGIN * 1000, log_path="pr.log")
+    ShadowRecorder(world.runs).record_start(facts, ExecutionContext("scheduled_system", "t", "r", mode="primary"))
+    assert world.reconcile() == [("active_state", c), ("orphan", c)]  # 2.x's columns lag behind the facts
+    projector = build_projector(sql_backend.engine, world.data.database_path, BridgeMetrics())
+    projector.run_once()
+    assert world.data.cron_row(c)["status"] == 0  # type: ignore[index]
+    assert world.reconcile() == []
