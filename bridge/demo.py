@@ -37,6 +37,18 @@ CURL_HEADERS = {"Content-Type": "application/json;charset=UTF-8", "User-Agent": 
                 "Accept": "*/*", "Accept-Encoding": "deflate, gzip, br, zstd"}
 
 
+ALL_ORIGINS = ",".join(o.value for o in Origin)
+
+
+def serve_env(port: int, legacy_url: str, legacy_data_dir: Path, database_url: str, *,
+              origins: str = ALL_ORIGINS, **extra: str) -> dict[str, str]:
+    """The environment of a `bridge serve` child on loopback, in front of a 2.x (or its double) in UTC."""
+    return {**os.environ, "BRIDGE_LISTEN": f"127.0.0.1:{port}", "BRIDGE_LEGACY_URL": legacy_url,
+            "BRIDGE_LEGACY_DATA_DIR": str(legacy_data_dir), "BRIDGE_DATABASE_URL": database_url,
+            "BRIDGE_SHADOW_ORIGINS": origins, "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_LEGACY_SCHEDULER": "system",
+            **extra}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -187,10 +199,7 @@ def run_demo(workdir: Path, console: Console) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with Legacy2xDouble(data).start() as double:
-        env = {**os.environ, "BRIDGE_LISTEN": f"127.0.0.1:{port}", "BRIDGE_LEGACY_URL": double.url,
-               "BRIDGE_LEGACY_DATA_DIR": str(data.root), "BRIDGE_DATABASE_URL": database_url,
-               "BRIDGE_SHADOW_ORIGINS": ",".join(o.value for o in Origin), "BRIDGE_LEGACY_TZ": "UTC",
-               "BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_SHADOW_BUDGET_MS": "500"}
+        env = serve_env(port, double.url, data.root, database_url, BRIDGE_SHADOW_BUDGET_MS="500")
         console.print(f"2.x double on {double.url}; bridge on {url}; 2.x data in {data.root}")
         with bridge_process(env, url), httpx.Client(base_url=url, timeout=10) as client:
             shell = Shell(client, data.system_token)

@@ -12,15 +12,12 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from bridge.demo import Shell, bridge_process, free_port
-from bridge.domain.model import Origin
+from bridge.demo import Shell, bridge_process, free_port, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import POSTGRES_URL_VAR, postgres_required
-
-ALL_ORIGINS = ",".join(o.value for o in Origin)
 
 
 @dataclass
@@ -82,10 +79,8 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with Legacy2xDouble(data).start() as double:
-        env = {**os.environ, "BRIDGE_LISTEN": f"127.0.0.1:{port}", "BRIDGE_LEGACY_URL": double.url,
-               "BRIDGE_LEGACY_DATA_DIR": str(data.root), "BRIDGE_DATABASE_URL": database_url,
-               "BRIDGE_SHADOW_ORIGINS": ALL_ORIGINS, "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_LEGACY_SCHEDULER": "system",
-               "BRIDGE_SHADOW_BUDGET_MS": "2000", "BRIDGE_DATA_DIR": str(root)}
+        env = serve_env(port, double.url, data.root, database_url, BRIDGE_SHADOW_BUDGET_MS="2000",
+                        BRIDGE_DATA_DIR=str(root))
         if schema:
             env["BRIDGE_DATABASE_SCHEMA"] = schema
         with bridge_process(env, url):

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bridge.demo import Shell, bridge_process, free_port
+from bridge.demo import Shell, bridge_process, free_port, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
-from tests.integration.conftest import ALL_ORIGINS
 
 FIXED_NOW = 1_796_216_500.0
 HOUR = 1_796_216_400
@@ -58,9 +56,7 @@ def test_the_same_traffic_with_and_without_the_bridge_leaves_2x_in_the_same_stat
     upgrade(engine)
     engine.dispose()
     port = free_port()
-    env = {**os.environ, "BRIDGE_LISTEN": f"127.0.0.1:{port}", "BRIDGE_LEGACY_URL": bridged.url,
-           "BRIDGE_LEGACY_DATA_DIR": str(bridged_data.root), "BRIDGE_DATABASE_URL": store,
-           "BRIDGE_SHADOW_ORIGINS": ALL_ORIGINS, "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_DATA_DIR": str(tmp_path)}
+    env = serve_env(port, bridged.url, bridged_data.root, store, BRIDGE_DATA_DIR=str(tmp_path))
     try:
         with httpx.Client(base_url=direct.url, timeout=10) as client:
             traffic(Shell(client, direct_data.system_token), crons)

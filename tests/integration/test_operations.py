@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port
+from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.reconcile_queries import ReconcileStore
@@ -56,10 +56,8 @@ def site(tmp_path: Path) -> Iterator[tuple[Site, Legacy2xDouble]]:
     upgrade(engine)
     port = free_port()
     with Legacy2xDouble(data).start() as double:
-        env = {**os.environ, "BRIDGE_LISTEN": f"127.0.0.1:{port}", "BRIDGE_LEGACY_URL": double.url,
-               "BRIDGE_LEGACY_DATA_DIR": str(data.root), "BRIDGE_DATABASE_URL": store_url,
-               "BRIDGE_SHADOW_ORIGINS": "scheduled_system,manual", "BRIDGE_LEGACY_TZ": "UTC",
-               "BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_SHADOW_BUDGET_MS": "2000", "BRIDGE_DATA_DIR": str(tmp_path)}
+        env = serve_env(port, double.url, data.root, store_url, origins="scheduled_system,manual",
+                        BRIDGE_SHADOW_BUDGET_MS="2000", BRIDGE_DATA_DIR=str(tmp_path))
         yield Site(env, f"http://127.0.0.1:{port}", data, ReconcileStore(engine)), double
     engine.dispose()
 

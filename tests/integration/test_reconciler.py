@@ -17,6 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
+from bridge.demo import ALL_ORIGINS
 from bridge.interception import ShadowInterceptor
 from bridge.metrics import BridgeMetrics
 from bridge.reconciler import Reconciler, ReconcileSettings
@@ -31,7 +32,6 @@ from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
-from tests.integration.conftest import ALL_ORIGINS
 
 NOW = int(time.time())
 BEGIN = NOW - 3600 - NOW % 3600 + 1  # one second after a whole hour, an hour ago: matches "0 * * * *"

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import httpx
 from sqlalchemy import func, select
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port
+from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.schema import runs_table
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import create_legacy_data_dir
-from tests.integration.conftest import ALL_ORIGINS
 
 SECRET_TOKEN = "5b0f6f0e-secret-token-4a2b-9c1d"
 SECRET_PATH = "very_private_job_7/2026-12-02-10-00-00-001.log"
@@ -28,9 +26,7 @@ def test_an_unreachable_2x_gives_a_502_in_2x_shape_records_nothing_and_logs_no_s
     engine = make_engine(store)
     upgrade(engine)
     port, dead = free_port(), free_port()  # nothing listens on `dead`
-    env = {**os.environ, "BRIDGE_LISTEN": f"127.0.0.1:{port}", "BRIDGE_LEGACY_URL": f"http://127.0.0.1:{dead}",
-           "BRIDGE_LEGACY_DATA_DIR": str(data.root), "BRIDGE_DATABASE_URL": store,
-           "BRIDGE_SHADOW_ORIGINS": ALL_ORIGINS, "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_DATA_DIR": str(tmp_path)}
+    env = serve_env(port, f"http://127.0.0.1:{dead}", data.root, store, BRIDGE_DATA_DIR=str(tmp_path))
     with bridge_process(env, f"http://127.0.0.1:{port}") as proc:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             reply = client.put("/open/crons/status?t=1", content=render_status_body(cron, 0, 77, SECRET_PATH, 1),
