@@ -1,10 +1,11 @@
-"""ShadowInterceptor: watches the status callbacks on their way to 2.x and records them, fail-open.
+"""ShadowInterceptor: watches the status callbacks on their way to 2.x and records them.
 
-Before forwarding it parses the body with 2.x's own rules and, for a start callback, reads the cron's
-Crontabs row (2.x overwrites it on receipt, and it is the evidence of a panel run). After 2.x answered
-2xx it hands the write to a per-cron lane and waits at most the shadow budget: an overrun or failure is
-counted and logged, and 2.x's answer goes back unchanged either way. Logs carry error codes only —
-never bodies, tokens, commands or paths.
+Shadow (fail-open): before forwarding it parses the body with 2.x's own rules and, for a start callback,
+reads the cron's Crontabs row (2.x overwrites it on receipt, and it is the evidence of a panel run). After
+2.x answered 2xx it hands the write to a per-cron lane and waits at most the shadow budget: an overrun or
+failure is counted and logged, and 2.x's answer goes back unchanged either way. Primary (fail-closed):
+for an execution the bridge owns it returns a LocalAnswer instead, and nothing is forwarded. Logs carry
+error codes only — never bodies, tokens, commands or paths.
 """
 
 from __future__ import annotations

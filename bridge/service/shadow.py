@@ -4,7 +4,9 @@ Callbacks carry no run id, so each one is placed by evidence: a start opens one 
 (idempotency key = cron, pid, log digest, begin time); an end closes the single active candidate found
 by (pid, log digest), then pid, then "the only active Run"; an end with no open Run back-fills one, its
 missing steps marked synthesized; several candidates is recorded as ambiguous and nothing is guessed.
-Everything for one callback is one transaction.
+Everything for one callback is one transaction. The same recorder serves primary mode: a Run accepted
+under primary is owned by the bridge, keeps 2.x's log_path for the projection, and every change of it
+adds a projection outbox row in the same transaction.
 """
 
 from __future__ import annotations
