@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from legacy_adapters.schema import CRONTABS_SENTINEL_COLUMNS
 # 2.x sets no busy_timeout and retries SQLITE_BUSY itself; a reader must never hold the
 # rollback-journal SHARED lock long, so it waits briefly and reads in short statements.
 BUSY_TIMEOUT_S = 0.3
+COLUMNS_TTL_S = 30.0
 # Objects a QingLong 3.0 migration creates; their presence means the file is no longer plain 2.x.
 _THREE_ZERO_TABLES = ("Runs", "RunAttempts", "RunEvents", "RunRetryPolicies")
 
@@ -187,8 +189,10 @@ def _instance_from_row(row: Mapping[str, Any]) -> LegacyInstance:
 class LegacyReader:
     """Reads 2.x tables by column name over short read-only connections."""
 
-    def __init__(self, database_path: str | os.PathLike[str]) -> None:
+    def __init__(self, database_path: str | os.PathLike[str], *, schema_ttl_s: float = COLUMNS_TTL_S) -> None:
         self.path = Path(database_path)
+        self._schema_ttl_s = schema_ttl_s
+        self._columns: dict[str, tuple[float, frozenset[str]]] = {}
 
     def _connect(self) -> sqlite3.Connection:
         # mode=ro can never create or write the file; as_uri() percent-encodes odd paths.
@@ -203,9 +207,18 @@ class LegacyReader:
             return conn.execute(sql, params).fetchall()
 
     def columns(self, table: str) -> frozenset[str]:
-        """Column names of ``table``; empty when the install has no such table."""
+        """Column names of ``table``; empty when the install has no such table.
+
+        Kept for a short while: 2.x only adds columns at its own boot, and asking on every read cost a
+        second connection per Crontabs lookup on the callback path.
+        """
+        cached = self._columns.get(table)
+        if cached is not None and time.monotonic() - cached[0] < self._schema_ttl_s:
+            return cached[1]
         rows = self._fetch("SELECT name FROM pragma_table_info(?)", (table,))
-        return frozenset(row["name"] for row in rows)
+        names = frozenset(row["name"] for row in rows)
+        self._columns[table] = (time.monotonic(), names)
+        return names
 
     def has_table(self, name: str) -> bool:
         """True when the 2.x database has a table called ``name``."""
