@@ -31,10 +31,16 @@ Phases:
      found through /proc/<pid>/task/*/children) at boot (raw-before), after ~2,000 warm-up callbacks
      (warm-before), every 10,000 callbacks, and after M callbacks sent by T threads (after).
 
-The double's RunningInstances table has no index (as in 2.x), so every end callback scans it. Between phases and
-at every RSS progress tick the double's process deletes the finished rows (never a running one) so the double does
-not slow down as the table grows; the latency phase runs on a small table and is unaffected. The double also
-forgets its recorded requests every 2 s (it keeps every request for tests).
+Two things about the double are adjusted INSIDE its process (legacy_adapters/ is not edited):
+
+  * TCP_NODELAY on its accepted sockets (--double-nagle turns this off). Python's http.server writes a reply's
+    head and body in two send()s with Nagle on, so on a kept-alive connection every reply waits for the peer's
+    delayed ACK (~40 ms on Linux): that stall would be most of "direct" and of every bridge->2.x hop and would
+    hide what is being measured. Node's http server, which 2.x runs on, sets noDelay by default since Node 18.
+  * Its RunningInstances table has no index (as in 2.x), so every end callback scans it. Before each phase, and
+    every 2 s during the throughput and RSS phases, the finished rows (never a running one) are deleted so the
+    double does not slow down as the table grows; the latency phase runs on a small table without pruning. The
+    double also forgets the requests it records (it keeps every one, for tests) every 2 s.
 
 This is a benchmark, not a test: it asserts nothing about timing and exits 0 after printing (1 if the store
 could not be set up).
@@ -49,6 +55,7 @@ import multiprocessing
 import os
 import platform
 import re
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -62,6 +69,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 from rich.console import Console
@@ -96,30 +104,47 @@ CRONS = (
 )
 DIRECT, PASS, SHADOW = "direct", "pass-through", "shadow-on"
 
-console = Console(width=120)
+console = Console(width=150)
 
 
-# --- the 2.x double, in its own process ---------------------------------------------------------------------------
+# --- the 2.x double, in its own process -------------------------------------------------------------------------------
 
 
-def _double_main(data: LegacyDataDir, conn: Connection) -> None:
+def _prune_finished(data: LegacyDataDir) -> int:
+    try:
+        with closing(connect(data.database_path)) as db, immediate(db):
+            return db.execute("DELETE FROM RunningInstances WHERE status != ?",
+                              (int(InstanceStatus.RUNNING),)).rowcount
+    except sqlite3.Error:
+        return -1
+
+
+def _double_main(data: LegacyDataDir, conn: Connection, nodelay: bool) -> None:
     """Child process: serve the double until told to stop; prune finished RunningInstances when asked."""
+    from legacy_adapters.testing import double as double_module
+
+    # Python's http.server leaves Nagle on and writes the head and the body of a reply in two send()s: on a
+    # kept-alive connection the body then waits for the client's delayed ACK (~40 ms on Linux). Node's http
+    # server (2.x) sets TCP_NODELAY on every accepted socket by default since Node 18 (nodejs/node#42163).
+    double_module._Handler.disable_nagle_algorithm = nodelay  # this process only; the file is untouched
     double = Legacy2xDouble(data).start()
     conn.send(double.url)
+    autoprune = False
     try:
         while True:
             if not conn.poll(2.0):
                 double.clear_requests()
+                if autoprune:
+                    _prune_finished(data)
                 continue
             message = conn.recv()
             if message == "stop":
                 break
-            if message == "prune":
+            if isinstance(message, tuple) and message[0] == "autoprune":
+                autoprune = bool(message[1])
+            elif message == "prune":
                 double.clear_requests()
-                with closing(connect(data.database_path)) as db, immediate(db):
-                    gone = db.execute("DELETE FROM RunningInstances WHERE status != ?",
-                                      (int(InstanceStatus.RUNNING),)).rowcount
-                conn.send(gone)
+                conn.send(_prune_finished(data))
     except (EOFError, KeyboardInterrupt):
         pass
     finally:
@@ -136,16 +161,21 @@ class DoubleHandle:
         self.conn.send("prune")
         return int(self.conn.recv()) if self.conn.poll(30) else -1
 
+    def autoprune(self, on: bool) -> None:
+        self.conn.send(("autoprune", on))
+
 
 @contextmanager
-def double_process(data: LegacyDataDir) -> Iterator[DoubleHandle]:
+def double_process(data: LegacyDataDir, *, nodelay: bool = True) -> Iterator[DoubleHandle]:
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_double_main, args=(data, child), name="legacy-2x-double", daemon=True)
+    proc = ctx.Process(target=_double_main, args=(data, child, nodelay), name="legacy-2x-double", daemon=True)
     proc.start()
     try:
-        if not parent.poll(30):
-            raise RuntimeError("the 2.x double did not start within 30 s")
+        deadline = time.monotonic() + 30
+        while not parent.poll(0.1):
+            if proc.exitcode is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the 2.x double did not start (exit code {proc.exitcode})")
         yield DoubleHandle(parent.recv(), parent, proc.pid or 0)
     finally:
         try:
@@ -158,7 +188,7 @@ def double_process(data: LegacyDataDir) -> Iterator[DoubleHandle]:
             proc.join(5)
 
 
-# --- `bridge serve` children ----------------------------------------------------------------------------------------
+# --- `bridge serve` children ------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -199,13 +229,19 @@ def child_pids(pid: int) -> list[int]:
 
 
 def rss_kib(pid: int) -> dict[str, int]:
-    """VmRSS / RssAnon / VmHWM of a process, in KiB."""
+    """VmRSS / RssAnon / RssFile / VmHWM of a process in KiB, and its thread count."""
     out: dict[str, int] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM", "Threads"):
             out[key] = int(value.split()[0])
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a whole process (all its threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bridge_env(base: dict[str, str], **values: str) -> dict[str, str]:
@@ -266,7 +302,7 @@ def metric_sum(samples: dict[str, float], name: str, **labels: str) -> float:
     return total
 
 
-# --- the workload ---------------------------------------------------------------------------------------------------
+# --- the workload -----------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -333,7 +369,7 @@ class Tally:
             self.shadow_pairs_failed += failed
 
 
-# --- statistics -----------------------------------------------------------------------------------------------------
+# --- statistics -------------------------------------------------------------------------------------------------------
 
 
 def pct(sorted_ns: list[int], q: float) -> float:
@@ -351,14 +387,20 @@ class Series:
     def summary(self) -> dict[str, float]:
         data = sorted(self.ns)
         return {"n": len(data), "p50": pct(data, .50), "p95": pct(data, .95), "p99": pct(data, .99),
-                "mean": (sum(data) / len(data) / 1e6) if data else math.nan, "max": (data[-1] / 1e6) if data else math.nan}
+                "mean": (sum(data) / len(data) / 1e6) if data else math.nan,
+                "max": (data[-1] / 1e6) if data else math.nan}
+
+
+def load_avg() -> str:
+    """The 1-minute load average (other work on the machine shows up here)."""
+    return f"load {os.getloadavg()[0]:.2f}"
 
 
 def ms(value: float) -> str:
     return "-" if value != value else f"{value:.2f}"
 
 
-# --- phase 1: latency -----------------------------------------------------------------------------------------------
+# --- phase 1: latency -------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -426,6 +468,11 @@ class LoadResult:
     errors: int
     seconds: float
     latency: Series
+    cpu_s: dict[str, float] = field(default_factory=dict)  # process label -> CPU seconds used during the load
+
+    def cpu_ms_per_callback(self, label: str) -> str:
+        used = self.cpu_s.get(label)
+        return "-" if used is None or not self.callbacks_ok else f"{1000 * used / self.callbacks_ok:.2f}"
 
     @property
     def rate(self) -> float:
@@ -435,7 +482,7 @@ class LoadResult:
 def concurrent_load(url: str, token: str, work: Workload, tally: Tally | None, *, threads: int,
                     seconds: float | None = None, callbacks: int | None = None,
                     tick: Callable[[int, float], None] | None = None, tick_every: int = PROGRESS_EVERY,
-                    keep_latency: bool = True) -> LoadResult:
+                    keep_latency: bool = True, cpu_pids: dict[str, int] | None = None) -> LoadResult:
     """``threads`` keep-alive clients sending start/end pairs for ``seconds`` or until ``callbacks`` were sent.
 
     ``tick(done, elapsed)`` runs on the calling thread each time another ``tick_every`` callbacks completed."""
@@ -475,6 +522,8 @@ def concurrent_load(url: str, token: str, work: Workload, tally: Tally | None, *
                 tally.add(ok_pairs, bad_pairs)
 
     workers = [threading.Thread(target=run, args=(i,), name=f"load-{i}", daemon=True) for i in range(threads)]
+    cpu_pids = {**(cpu_pids or {}), "load generator": os.getpid()}
+    cpu_before = {label: cpu_seconds(pid) for label, pid in cpu_pids.items()}
     began = time.perf_counter()
     for worker in workers:
         worker.start()
@@ -493,12 +542,16 @@ def concurrent_load(url: str, token: str, work: Workload, tally: Tally | None, *
         for worker in workers:
             worker.join()
     elapsed = time.perf_counter() - began
+    cpu = {label: cpu_seconds(pid) - cpu_before[label] for label, pid in cpu_pids.items()}
+    while tick is not None and not failures and sum(done) >= next_tick:  # the last ones, after the threads ended
+        tick(next_tick, elapsed)
+        next_tick += tick_every
     if failures:
         raise RuntimeError(f"load thread failed: {failures[0]!r}")
-    return LoadResult(sum(done), sum(errs), elapsed, Series([ns for lat in lats for ns in lat], sum(errs)))
+    return LoadResult(sum(done), sum(errs), elapsed, Series([ns for lat in lats for ns in lat], sum(errs)), cpu)
 
 
-# --- the store ----------------------------------------------------------------------------------------------------------
+# --- the store --------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -508,6 +561,8 @@ class StoreReport:
     events: int
     events_per_run: dict[int, int]  # events in a run -> number of runs
     mismatches: int
+    events_by_type: dict[str, int] = field(default_factory=dict)
+    mismatches_by_kind: dict[str, int] = field(default_factory=dict)
 
 
 def store_report(database_url: str, schema: str | None) -> StoreReport:
@@ -521,23 +576,27 @@ def store_report(database_url: str, schema: str | None) -> StoreReport:
             dist = dict(conn.execute(select(per_run.c.n, func.count()).group_by(per_run.c.n)).all())
             events = conn.execute(select(func.count()).select_from(run_events_table)).scalar_one()
             mismatches = conn.execute(select(func.count()).select_from(mismatches_table)).scalar_one()
+            e, m = run_events_table.c, mismatches_table.c
+            by_type = dict(conn.execute(select(e.type, func.count()).group_by(e.type)).all())
+            by_kind = dict(conn.execute(select(m.kind, func.count()).group_by(m.kind)).all())
     finally:
         engine.dispose()
     by = {(o or "unknown", s): int(n) for o, s, n in grouped}
-    return StoreReport(sum(by.values()), by, int(events), {int(k): int(v) for k, v in dist.items()}, int(mismatches))
+    return StoreReport(sum(by.values()), by, int(events), {int(k): int(v) for k, v in dist.items()}, int(mismatches),
+                       {str(k): int(v) for k, v in by_type.items()}, {str(k): int(v) for k, v in by_kind.items()})
 
 
 @contextmanager
-def store(backend: str, root: Path, pg_url: str) -> Iterator[tuple[str, str | None]]:
+def store(backend: str, root: Path, pg_url: str, name: str = "bridge") -> Iterator[tuple[str, str | None]]:
     """A fresh, migrated store: a SQLite file in ``root`` or a new PostgreSQL schema (dropped afterwards)."""
     if backend == "sqlite":
-        url = f"sqlite:///{(root / 'bridge.sqlite').resolve()}"
+        url = f"sqlite:///{(root / f'{name}.sqlite').resolve()}"
         engine = make_engine(url)
         upgrade(engine)
         engine.dispose()
         yield url, None
         return
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    schema = f"bench_{name}_{uuid.uuid4().hex[:8]}"
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
@@ -554,12 +613,12 @@ def store(backend: str, root: Path, pg_url: str) -> Iterator[tuple[str, str | No
         admin.dispose()
 
 
-# --- output ---------------------------------------------------------------------------------------------------------
+# --- output -----------------------------------------------------------------------------------------------------------
 
 
 def latency_table(title: str, result: LatencyResult) -> Table:
     table = Table("target", "callbacks", "errors", "p50 ms", "p95 ms", "p99 ms", "mean ms", "max ms",
-                  "start p50", "end p50", title=title)
+                  "start p50 ms", "end p50 ms", title=title)
     for name in result.all:
         s = result.all[name].summary()
         table.add_row(name, str(s["n"]), str(result.all[name].errors), ms(s["p50"]), ms(s["p95"]), ms(s["p99"]),
@@ -580,8 +639,23 @@ def comparison_rows(table: Table, variant: str, result: LatencyResult) -> None:
                   f"{sh['p50'] / p['p50']:.2f}×", spread)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@dataclass
+class Results:
+    args: argparse.Namespace
+    tally: Tally = field(default_factory=Tally)
+    timings: dict[str, float] = field(default_factory=dict)
+    lat_keep: LatencyResult | None = None
+    lat_new: LatencyResult | None = None
+    loads: dict[str, LoadResult] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # shadow-on worker's /metrics after a phase
+    rss: dict[str, Any] = field(default_factory=dict)
+    store: StoreReport | None = None
+    pass_store: StoreReport | None = None
+    log_lines: dict[str, list[str]] = field(default_factory=dict)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=500, help="start/end pairs per target in the latency phase")
     parser.add_argument("--rss-callbacks", type=int, default=100_000, help="callbacks in the RSS phase (0: skip)")
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
@@ -590,230 +664,318 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=4, help="client threads for throughput and RSS")
     parser.add_argument("--throughput-seconds", type=float, default=10.0, help="per target (0: skip)")
     parser.add_argument("--budget-ms", type=int, default=50, help="BRIDGE_SHADOW_BUDGET_MS")
+    parser.add_argument("--double-nagle", action="store_true", help="leave Nagle on in the 2.x double "
+                        "(stock http.server; adds a ~40 ms delayed-ACK stall to every kept-alive reply)")
+    parser.add_argument("--reconciler", action="store_true", help="leave `bridge serve`'s periodic reconcile pass "
+                        "on (off by default: it compares 2.x's RunningInstances, which this script prunes, with the "
+                        "store, and would report every pruned row as a mismatch)")
     parser.add_argument("--newconn-pairs", type=int, default=None, help="pairs per target, new connection per "
                         "call (default pairs/5, 0: skip)")
     args = parser.parse_args(argv)
-    newconn_pairs = max(0, args.pairs // 5) if args.newconn_pairs is None else args.newconn_pairs
-    run_started = time.perf_counter()
+    args.newconn_pairs = max(0, args.pairs // 5) if args.newconn_pairs is None else args.newconn_pairs
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[2]).stdout.strip() or "?"
-    console.print(f"[bold]bench_shadow_http[/] backend={args.backend} pairs={args.pairs} newconn-pairs={newconn_pairs} "
-                  f"blocks={args.blocks} threads={args.threads} throughput={args.throughput_seconds:g}s "
-                  f"rss-callbacks={args.rss_callbacks} budget={args.budget_ms}ms")
-    console.print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cores; "
-                  f"HEAD {commit} (plus uncommitted work in the tree)")
-
-    tally = Tally()
-    timings: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-shadow-http-") as tmp, ExitStack() as outer:
-        root = Path(tmp)
-        data = create_legacy_data_dir(root / "ql-data")
-        crons = []
-        for name, command, schedule in CRONS:
-            cron_id = data.add_cron(name, command, schedule)
-            crons.append(Cron(cron_id, str(data.cron_row(cron_id)["log_name"]), schedule))
-        work = Workload(crons, int(time.time()))
-        from zoneinfo import ZoneInfo
-        unmatched = [c.schedule for c in crons for k in range(12)
-                     if not schedule_matches(c.schedule, work.base_begin - 7200 * k, ZoneInfo("UTC"))]
-        if unmatched:
-            console.print(f"[red]begin times do not match schedules {sorted(set(unmatched))}[/]")
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           cwd=Path(__file__).resolve().parents[2]).stdout.strip()
+    console.print(f"[bold]bench_shadow_http[/] backend={args.backend} pairs={args.pairs} "
+                  f"newconn-pairs={args.newconn_pairs} blocks={args.blocks} threads={args.threads} "
+                  f"throughput={args.throughput_seconds:g}s rss-callbacks={args.rss_callbacks:,} "
+                  f"budget={args.budget_ms}ms double-nodelay={not args.double_nagle} "
+                  f"reconciler={'on' if args.reconciler else 'off'}")
+    console.print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cores, "
+                  f"{load_avg()}; HEAD {commit}" + (f" + {len(dirty.splitlines())} modified tracked files"
+                                                    if dirty else ""))
+    results = Results(args)
+    with tempfile.TemporaryDirectory(prefix="bench-shadow-http-") as tmp:
         try:
-            database_url, schema = outer.enter_context(store(args.backend, root, args.pg_url))
-        except Exception as exc:  # noqa: BLE001 - a benchmark reports and exits
-            console.print(f"[red]could not set up the {args.backend} store: {type(exc).__name__}: {exc}[/]")
+            run(results, Path(tmp))
+        except StoreSetupError as exc:
+            console.print(f"[red]could not set up the {args.backend} store: {exc}[/]")
             return 1
-        double = outer.enter_context(double_process(data))
-        common = dict(BRIDGE_LEGACY_URL=double.url, BRIDGE_LEGACY_DATA_DIR=str(data.root),
-                      BRIDGE_DATABASE_URL=database_url, BRIDGE_LEGACY_TZ="UTC", BRIDGE_LEGACY_SCHEDULER="system",
-                      BRIDGE_SHADOW_BUDGET_MS=str(args.budget_ms), BRIDGE_DATA_DIR=str(root))
-        if schema:
-            common["BRIDGE_DATABASE_SCHEMA"] = schema
+    results.timings["total"] = time.perf_counter() - started
+    report(results)
+    return 0
+
+
+class StoreSetupError(Exception):
+    pass
+
+
+def run(res: Results, root: Path) -> None:
+    """All phases; every child process is stopped and every PostgreSQL schema dropped on the way out."""
+    args = res.args
+    data = create_legacy_data_dir(root / "ql-data")
+    crons = []
+    for name, command, schedule in CRONS:
+        cron_id = data.add_cron(name, command, schedule)
+        crons.append(Cron(cron_id, str(data.cron_row(cron_id)["log_name"]), schedule))
+    work = Workload(crons, int(time.time()))
+    utc = ZoneInfo("UTC")
+    unmatched = {c.schedule for c in crons for k in range(12)
+                 if not schedule_matches(c.schedule, work.base_begin - 7200 * k, utc)}
+    if unmatched:
+        console.print(f"[red]begin times do not match the schedules {sorted(unmatched)}: runs will not be "
+                      "scheduled ones[/]")
+    with ExitStack() as outer:
+        try:
+            shadow_url, shadow_schema = outer.enter_context(store(args.backend, root, args.pg_url))
+            # The pass-through bridge gets a store of its own: the origin modes may live in the store (seeded
+            # once from BRIDGE_SHADOW_ORIGINS), so a shared store could switch shadow on for it too.
+            pass_url, pass_schema = outer.enter_context(store(args.backend, root, args.pg_url, "pass"))
+        except Exception as exc:  # noqa: BLE001 - reported by main
+            raise StoreSetupError(f"{type(exc).__name__}: {exc}") from exc
+        double = outer.enter_context(double_process(data, nodelay=not args.double_nagle))
+        console.print(f"2.x double: pid {double.pid}, {double.url}; 2.x data dir and stores in {root}")
+        common = dict(BRIDGE_LEGACY_URL=double.url, BRIDGE_LEGACY_DATA_DIR=str(data.root), BRIDGE_LEGACY_TZ="UTC",
+                      BRIDGE_LEGACY_SCHEDULER="system", BRIDGE_SHADOW_BUDGET_MS=str(args.budget_ms),
+                      BRIDGE_DATA_DIR=str(root))
+        if not args.reconciler:
+            common["BRIDGE_RECONCILE_INTERVAL_S"] = "86400"  # no pass within the run (a no-op for a bridge without one)
+        log_files: list[Path] = []
 
         def start_bridge(stack: ExitStack, name: str, origins: str, tag: str) -> BridgeHandle:
             port = free_port()
+            url, schema = (shadow_url, shadow_schema) if origins else (pass_url, pass_schema)
+            extra = {"BRIDGE_DATABASE_SCHEMA": schema} if schema else {}
             env = bridge_env(dict(os.environ), BRIDGE_LISTEN=f"127.0.0.1:{port}", BRIDGE_SHADOW_ORIGINS=origins,
-                             **common)
-            return stack.enter_context(bridge_server(name, env, f"http://127.0.0.1:{port}", root / f"{tag}.log"))
+                             BRIDGE_DATABASE_URL=url, **extra, **common)
+            handle = stack.enter_context(bridge_server(name, env, f"http://127.0.0.1:{port}", root / f"{tag}.log"))
+            log_files.append(handle.log_path)
+            said = [ln for ln in handle.log_path.read_text(errors="replace").splitlines()
+                    if ln.startswith("bridge: listening")]
+            console.print(f"{name} bridge: serve pid {handle.proc.pid}, worker pid {handle.worker_pid()}, "
+                          f"{handle.url}; it says: " + (said[0].split("; ", 1)[-1] if said else "?"))
+            return handle
 
-        console.print(f"2.x double pid {double.pid} on {double.url}; data dir and store in {root}")
-        metrics_before_stop: dict[str, dict[str, float]] = {}
-        lat_keep = lat_new = None
-        loads: dict[str, LoadResult] = {}
-        rss: dict[str, Any] = {}
-        log_files: list[Path] = []
-
-        # ---- phases 1 and 2: both bridges up side by side -----------------------------------------------------
-        with ExitStack() as bridges:
+        with ExitStack() as bridges:  # phases 1 and 2: both bridges up side by side
             shadow = start_bridge(bridges, SHADOW, ALL_ORIGINS, "bridge-shadow")
             passthru = start_bridge(bridges, PASS, "", "bridge-pass")
-            log_files += [shadow.log_path, passthru.log_path]
-            console.print(f"bridges: shadow-on {shadow.url} (serve pid {shadow.proc.pid}, worker "
-                          f"{shadow.worker_pid()}), pass-through {passthru.url} (serve pid {passthru.proc.pid}, "
-                          f"worker {passthru.worker_pid()})")
             targets = {DIRECT: double.url, PASS: passthru.url, SHADOW: shadow.url}
-            double.prune()
-            t0 = time.perf_counter()
-            console.print(f"[bold]phase 1[/] latency: {args.pairs} pairs per target, keep-alive, "
-                          f"{args.blocks} interleaved blocks ...")
-            lat_keep = latency_phase(targets, data.system_token, work, tally, pairs=args.pairs, blocks=args.blocks,
-                                     keepalive=True, warmup_pairs=20)
-            if newconn_pairs:
-                console.print(f"[bold]phase 1b[/] latency: {newconn_pairs} pairs per target, new connection per call ...")
-                lat_new = latency_phase(targets, data.system_token, work, tally, pairs=newconn_pairs,
-                                        blocks=max(1, min(args.blocks, newconn_pairs // 5)), keepalive=False,
-                                        warmup_pairs=5)
-            timings["latency"] = time.perf_counter() - t0
-            metrics_before_stop["latency"] = shadow.metrics()
+            latency_phases(res, targets, data.system_token, work, double)
+            res.metrics["latency"] = shadow.metrics()
             if args.throughput_seconds > 0:
-                t0 = time.perf_counter()
-                for name in (SHADOW, PASS, DIRECT):
-                    double.prune()
-                    console.print(f"[bold]phase 2[/] throughput: {name}, {args.threads} threads, "
-                                  f"{args.throughput_seconds:g} s ...")
-                    loads[name] = concurrent_load(targets[name], data.system_token, work,
-                                                  tally if name == SHADOW else None, threads=args.threads,
-                                                  seconds=args.throughput_seconds)
-                timings["throughput"] = time.perf_counter() - t0
-            metrics_before_stop["throughput"] = shadow.metrics()
+                workers = {SHADOW: shadow.worker_pid(), PASS: passthru.worker_pid()}
+                throughput_phase(res, targets, workers, data.system_token, work, double)
+            res.metrics["throughput"] = shadow.metrics()
 
-        # ---- phase 3: RSS on a fresh shadow-on bridge ------------------------------------------------------------
-        if args.rss_callbacks > 0:
+        if args.rss_callbacks > 0:  # phase 3: a fresh shadow-on bridge
             double.prune()
+            double.autoprune(True)
             with ExitStack() as bridges:
                 fresh = start_bridge(bridges, SHADOW, ALL_ORIGINS, "bridge-shadow-rss")
-                log_files.append(fresh.log_path)
-                worker = fresh.worker_pid()
-                time.sleep(1.0)
-                rss["raw"] = rss_kib(worker)
-                console.print(f"[bold]phase 3[/] RSS: fresh shadow-on bridge, worker pid {worker}, raw VmRSS "
-                              f"{rss['raw']['VmRSS'] / 1024:.1f} MiB; {RSS_WARMUP_CALLBACKS} warm-up callbacks ...")
-                concurrent_load(fresh.url, data.system_token, work, tally, threads=args.threads,
-                                callbacks=RSS_WARMUP_CALLBACKS, keep_latency=False)
-                time.sleep(1.0)
-                rss["warm"] = rss_kib(worker)
-                rss["curve"] = [(0, 0.0, rss["warm"]["VmRSS"])]
-                console.print(f"  warm VmRSS {rss['warm']['VmRSS'] / 1024:.1f} MiB; sending "
-                              f"{args.rss_callbacks:,} callbacks with {args.threads} threads ...")
+                rss_phase(res, fresh, data.system_token, work, double)
+                res.metrics["rss"] = fresh.metrics()
 
-                def tick(done: int, elapsed: float) -> None:
-                    now = rss_kib(worker)["VmRSS"]
-                    rss["curve"].append((done, elapsed, now))
-                    pruned = double.prune()
-                    console.print(f"  {done:>7,} / {args.rss_callbacks:,} callbacks  {elapsed:6.1f} s  "
-                                  f"{done / elapsed:5.0f} cb/s  VmRSS {now / 1024:6.1f} MiB "
-                                  f"({(now - rss['warm']['VmRSS']) / 1024:+.1f})  [double pruned {pruned} rows]")
+        # Every bridge has stopped here: SIGTERM made its worker drain the shadow lanes before exiting.
+        res.store = store_report(shadow_url, shadow_schema)
+        res.pass_store = store_report(pass_url, pass_schema)
+        res.log_lines = {p.name: p.read_text(errors="replace").splitlines() for p in log_files}
 
-                t0 = time.perf_counter()
-                loads["rss"] = concurrent_load(fresh.url, data.system_token, work, tally, threads=args.threads,
-                                               callbacks=args.rss_callbacks, tick=tick)
-                timings["rss"] = time.perf_counter() - t0
-                rss["after_now"] = rss_kib(worker)
-                time.sleep(2.0)  # let the shadow lanes drain
-                rss["after"] = rss_kib(worker)
-                metrics_before_stop["rss"] = fresh.metrics()
 
-        # ---- the store, after every bridge stopped (their lanes drained on SIGTERM) ---------------------------
-        report = store_report(database_url, schema)
-        log_lines = {p.name: p.read_text(errors="replace").splitlines() for p in log_files}
+def latency_phases(res: Results, targets: dict[str, str], token: str, work: Workload, double: DoubleHandle) -> None:
+    args = res.args
+    double.prune()
+    began = time.perf_counter()
+    console.print(f"[bold]phase 1[/] latency: {args.pairs} pairs per target, keep-alive, {args.blocks} interleaved "
+                  f"blocks ... ({load_avg()})")
+    res.lat_keep = latency_phase(targets, token, work, res.tally, pairs=args.pairs, blocks=args.blocks,
+                                 keepalive=True, warmup_pairs=20)
+    if args.newconn_pairs:
+        console.print(f"[bold]phase 1b[/] latency: {args.newconn_pairs} pairs per target, a new connection per "
+                      f"call ... ({load_avg()})")
+        res.lat_new = latency_phase(targets, token, work, res.tally, pairs=args.newconn_pairs,
+                                    blocks=max(1, min(args.blocks, args.newconn_pairs // 5)), keepalive=False,
+                                    warmup_pairs=5)
+    res.timings["latency"] = time.perf_counter() - began
 
-    # ---- report ------------------------------------------------------------------------------------------------
+
+def throughput_phase(res: Results, targets: dict[str, str], workers: dict[str, int], token: str, work: Workload,
+                     double: DoubleHandle) -> None:
+    args = res.args
+    began = time.perf_counter()
+    double.autoprune(True)
+    for name in (SHADOW, PASS, DIRECT):
+        double.prune()
+        console.print(f"[bold]phase 2[/] throughput: {name}, {args.threads} threads, {args.throughput_seconds:g} s "
+                      f"... ({load_avg()})")
+        pids = {"2.x double": double.pid} | ({"bridge worker": workers[name]} if name in workers else {})
+        res.loads[name] = concurrent_load(targets[name], token, work, res.tally if name == SHADOW else None,
+                                          threads=args.threads, seconds=args.throughput_seconds, cpu_pids=pids)
+    res.timings["throughput"] = time.perf_counter() - began
+
+
+def rss_phase(res: Results, bridge: BridgeHandle, token: str, work: Workload, double: DoubleHandle) -> None:
+    args, rss = res.args, res.rss
+    worker = bridge.worker_pid()
+    time.sleep(1.0)
+    rss["raw"] = rss_kib(worker)
+    console.print(f"[bold]phase 3[/] RSS: worker pid {worker} raw VmRSS {rss['raw']['VmRSS'] / 1024:.1f} MiB; "
+                  f"{RSS_WARMUP_CALLBACKS:,} warm-up callbacks ... ({load_avg()})")
+    concurrent_load(bridge.url, token, work, res.tally, threads=args.threads, callbacks=RSS_WARMUP_CALLBACKS,
+                    keep_latency=False)
+    time.sleep(1.0)
+    rss["warm"] = rss_kib(worker)
+    rss["curve"] = [(0, 0.0, rss["warm"]["VmRSS"])]
+    console.print(f"  warm VmRSS {rss['warm']['VmRSS'] / 1024:.1f} MiB; sending {args.rss_callbacks:,} callbacks "
+                  f"with {args.threads} threads ...")
+    last: dict[str, Any] = {"done": 0, "elapsed": 0.0, "metrics": bridge.metrics()}
+
+    def tick(done: int, elapsed: float) -> None:
+        now = rss_kib(worker)["VmRSS"]
+        rss["curve"].append((done, elapsed, now))
+        m, m0 = bridge.metrics(), last["metrics"]
+
+        def delta(name: str, **labels: str) -> float:
+            return metric_sum(m, name, **labels) - metric_sum(m0, name, **labels)
+
+        write_ms = 1000 * delta("shadow_write_seconds_sum") / max(1.0, delta("shadow_write_seconds_count"))
+        fwd_ms = 1000 * delta("bridge_forward_seconds_sum") / max(1.0, delta("bridge_forward_seconds_count"))
+        rate = (done - last["done"]) / max(1e-9, elapsed - last["elapsed"])
+        last.update(done=done, elapsed=elapsed, metrics=m)
+        console.print(f"  {done:>7,} / {args.rss_callbacks:,} callbacks {elapsed:6.1f} s | last {PROGRESS_EVERY:,}: "
+                      f"{rate:4.0f} cb/s, shadow write {write_ms:5.2f} ms, forward {fwd_ms:5.2f} ms, "
+                      f"{delta('shadow_write_failed_total', error='timeout'):.0f} over budget | VmRSS "
+                      f"{now / 1024:6.1f} MiB ({(now - rss['warm']['VmRSS']) / 1024:+.1f}) | {load_avg()}")
+
+    began = time.perf_counter()
+    res.loads["rss"] = concurrent_load(bridge.url, token, work, res.tally, threads=args.threads,
+                                       callbacks=args.rss_callbacks, tick=tick,
+                                       cpu_pids={"bridge worker": worker, "2.x double": double.pid})
+    res.timings["rss"] = time.perf_counter() - began
+    rss["after_now"] = rss_kib(worker)
+    time.sleep(2.0)  # let the shadow lanes drain
+    rss["after"] = rss_kib(worker)
+
+
+def verdict(ok: bool) -> str:
+    return "[green]met[/]" if ok else "[red]NOT met[/]"
+
+
+def report(res: Results) -> None:
+    args = res.args
     console.rule("[bold]results")
-    assert lat_keep is not None
+    assert res.lat_keep is not None
     console.print(latency_table(f"Latency per callback, one persistent connection per target "
-                                f"({lat_keep.seconds:.1f} s)", lat_keep))
-    if lat_new is not None:
-        console.print(latency_table(f"Latency per callback, new connection per call ({lat_new.seconds:.1f} s)",
-                                    lat_new))
-    comp = Table("variant", "pass-through − direct\nΔp50 / Δp99 ms", "shadow-on − direct\nΔp50 / Δp99 ms",
-                 "shadow-on − pass-through\nΔp50 / Δp99 ms", "shadow/direct\np50", "pass/direct\np50",
-                 "shadow/pass\np50", "shadow/pass per block\nmin / med / max", title="Added latency")
-    comparison_rows(comp, "keep-alive", lat_keep)
-    if lat_new is not None:
-        comparison_rows(comp, "new conn", lat_new)
+                                f"({res.lat_keep.seconds:.1f} s)", res.lat_keep))
+    if res.lat_new is not None:
+        console.print(latency_table(f"Latency per callback, a new connection per call ({res.lat_new.seconds:.1f} s)",
+                                    res.lat_new))
+    comp = Table("variant", "pass − direct\nΔp50 / Δp99 ms", "shadow − direct\nΔp50 / Δp99 ms",
+                 "shadow − pass\nΔp50 / Δp99 ms", "shadow/direct\np50", "pass/direct\np50", "shadow/pass\np50",
+                 "shadow/pass p50 by block\nmin / median / max", title="Added latency")
+    comparison_rows(comp, "keep-alive", res.lat_keep)
+    if res.lat_new is not None:
+        comparison_rows(comp, "new connection", res.lat_new)
     console.print(comp)
-    ratio = lat_keep.all[SHADOW].summary()["p50"] / lat_keep.all[PASS].summary()["p50"]
-    verdict = "[green]met[/]" if ratio <= TARGET_RATIO else "[red]NOT met[/]"
-    console.print(f"{TARGET_LINE}: keep-alive {ratio:.2f}× → {verdict}" + (
-        f"; new connection {lat_new.all[SHADOW].summary()['p50'] / lat_new.all[PASS].summary()['p50']:.2f}×"
-        if lat_new is not None else ""))
 
-    if loads:
+    def ratio(result: LatencyResult) -> float:
+        return result.all[SHADOW].summary()["p50"] / result.all[PASS].summary()["p50"]
+
+    keep = ratio(res.lat_keep)
+    console.print(f"{TARGET_LINE}: keep-alive {keep:.2f}× → {verdict(keep <= TARGET_RATIO)}"
+                  + (f"; new connection per call {ratio(res.lat_new):.2f}× → "
+                     f"{verdict(ratio(res.lat_new) <= TARGET_RATIO)}" if res.lat_new is not None else ""))
+
+    if res.loads:
         table = Table("phase / target", "threads", "seconds", "callbacks ok", "errors", "callbacks/s",
-                      "executions/s", "p50 ms", "p99 ms", title="Sustained load (keep-alive clients)")
-        for name, load in loads.items():
+                      "executions/s", "p50 ms", "p99 ms", "CPU ms/callback: worker / double / client",
+                      title="Sustained load (keep-alive clients)")
+        for name, load in res.loads.items():
             s = load.latency.summary()
             table.add_row("RSS run, shadow-on" if name == "rss" else f"throughput, {name}", str(args.threads),
                           f"{load.seconds:.1f}", f"{load.callbacks_ok:,}", str(load.errors), f"{load.rate:,.0f}",
-                          f"{load.rate / 2:,.0f}", ms(s["p50"]), ms(s["p99"]))
+                          f"{load.rate / 2:,.0f}", ms(s["p50"]), ms(s["p99"]),
+                          " / ".join(load.cpu_ms_per_callback(k) for k in ("bridge worker", "2.x double",
+                                                                           "load generator")))
         console.print(table)
 
-    table = Table("shadow-on worker metrics", "after latency", "after throughput", "RSS bridge", title="From /metrics")
-    phases = [metrics_before_stop.get(k, {}) for k in ("latency", "throughput", "rss")]
+    table = Table("shadow-on worker", "after latency", "after throughput", "RSS bridge",
+                  title="From the shadow-on bridge's /metrics (cumulative per worker)")
+    phases = [res.metrics.get(k, {}) for k in ("latency", "throughput", "rss")]
 
     def row(label: str, fn: Callable[[dict[str, float]], str]) -> None:
         table.add_row(label, *[fn(m) if m else "-" for m in phases])
 
+    def failed_otherwise(m: dict[str, float]) -> float:
+        return metric_sum(m, "shadow_write_failed_total") - metric_sum(m, "shadow_write_failed_total", error="timeout")
+
+    def mean_ms(m: dict[str, float], name: str) -> str:
+        return ms(1000 * metric_sum(m, f"{name}_sum") / max(1.0, metric_sum(m, f"{name}_count")))
+
     row("shadow runs created", lambda m: f"{metric_sum(m, 'shadow_run_create_total'):,.0f}")
-    row("shadow writes failed: timeout (over budget)",
+    row("shadow writes over budget (timeout)",
         lambda m: f"{metric_sum(m, 'shadow_write_failed_total', error='timeout'):,.0f}")
-    row("shadow writes failed: other",
-        lambda m: f"{metric_sum(m, 'shadow_write_failed_total') - metric_sum(m, 'shadow_write_failed_total', error='timeout'):,.0f}")
+    row("shadow writes failed otherwise", lambda m: f"{failed_otherwise(m):,.0f}")
     row("unmatched / ambiguous callbacks", lambda m: f"{metric_sum(m, 'shadow_callback_unmatched_total'):,.0f}")
     row("late callbacks", lambda m: f"{metric_sum(m, 'attempt_late_callback_total'):,.0f}")
-    row("shadow write mean ms", lambda m: ms(1000 * metric_sum(m, "shadow_write_seconds_sum")
-                                            / max(1.0, metric_sum(m, "shadow_write_seconds_count"))))
-    row("forward to 2.x mean ms", lambda m: ms(1000 * metric_sum(m, "bridge_forward_seconds_sum")
-                                              / max(1.0, metric_sum(m, "bridge_forward_seconds_count"))))
+    row("shadow write mean ms", lambda m: mean_ms(m, "shadow_write_seconds"))
+    row("forward to 2.x mean ms", lambda m: mean_ms(m, "bridge_forward_seconds"))
     console.print(table)
 
-    sent = tally.shadow_pairs_ok
-    table = Table("store check", "value", title=f"Shadow store ({args.backend}) after all phases")
-    table.add_row("executions sent through shadow-on bridges (start+end 2xx)", f"{sent:,}")
-    table.add_row("executions with a non-2xx / failed callback", f"{tally.shadow_pairs_failed:,}")
-    table.add_row("runs created", f"{report.runs:,}  ({report.runs - sent:+,} vs sent)")
-    for (origin, status), n in sorted(report.by_origin_status.items()):
-        table.add_row(f"  runs {origin} / {status}", f"{n:,}")
-    table.add_row("run_events", f"{report.events:,}")
-    dist = ", ".join(f"{k} events: {v:,} runs" for k, v in sorted(report.events_per_run.items()))
-    table.add_row("events per run (distribution)", dist or "-")
-    worst = max(report.events_per_run, default=0)
-    table.add_row(f"events per normal execution (target ≤ {EVENTS_TARGET})",
-                  f"max {worst} → " + ("[green]met[/]" if worst <= EVENTS_TARGET else "[red]NOT met[/]"))
-    table.add_row("mismatch rows", f"{report.mismatches:,}")
-    console.print(table)
-
-    if rss:
-        mib = lambda k: rss[k]["VmRSS"] / 1024  # noqa: E731
-        growth = mib("after") - mib("warm")
-        table = Table("sample", "VmRSS MiB", "RssAnon MiB", "VmHWM MiB", title=f"Bridge worker RSS (shadow-on, "
-                      f"{args.rss_callbacks:,} callbacks in {timings.get('rss', 0):.0f} s)")
-        for key, label in (("raw", "raw-before (booted, idle)"), ("warm", f"warm-before (+{RSS_WARMUP_CALLBACKS:,} "
-                           "callbacks)"), ("after_now", "after (last callback answered)"),
-                           ("after", "after (+2 s, lanes drained)")):
-            table.add_row(label, f"{rss[key]['VmRSS'] / 1024:.1f}", f"{rss[key].get('RssAnon', 0) / 1024:.1f}",
-                          f"{rss[key]['VmHWM'] / 1024:.1f}")
-        table.add_row("growth after − warm-before", f"{growth:+.1f}",
-                      f"{(rss['after'].get('RssAnon', 0) - rss['warm'].get('RssAnon', 0)) / 1024:+.1f}", "")
-        table.add_row("growth after − raw-before", f"{mib('after') - mib('raw'):+.1f}", "", "")
+    if res.store is not None and res.pass_store is not None:
+        st, sent = res.store, res.tally.shadow_pairs_ok
+        table = Table("store check", "value", title=f"Shadow store ({args.backend}) after all phases")
+        table.add_row("executions sent through shadow-on bridges (start and end answered 2xx)", f"{sent:,}")
+        table.add_row("executions with a callback not answered 2xx", f"{res.tally.shadow_pairs_failed:,}")
+        table.add_row("runs created", f"{st.runs:,} ({st.runs - sent:+,} vs sent)")
+        for (origin, status), n in sorted(st.by_origin_status.items()):
+            table.add_row(f"  runs {origin} / {status}", f"{n:,}")
+        table.add_row("run_events", f"{st.events:,}")
+        table.add_row("events per run (distribution)",
+                      ", ".join(f"{k} events: {v:,} runs" for k, v in sorted(st.events_per_run.items())) or "-")
+        worst = max(st.events_per_run, default=0)
+        table.add_row(f"events per normal execution (target ≤ {EVENTS_TARGET})",
+                      f"max {worst} → {verdict(worst <= EVENTS_TARGET)}")
+        table.add_row("events by type", ", ".join(f"{k} {v:,}" for k, v in sorted(st.events_by_type.items())))
+        table.add_row("mismatch rows", f"{st.mismatches:,}" + (": " + ", ".join(
+            f"{k} {v:,}" for k, v in sorted(st.mismatches_by_kind.items())) if st.mismatches_by_kind else ""))
+        table.add_row("runs in the pass-through bridge's own store (must be 0)", f"{res.pass_store.runs:,}")
         console.print(table)
-        curve = "  ".join(f"{d // 1000}k:{(v - rss['warm']['VmRSS']) / 1024:+.1f}" for d, _, v in rss["curve"])
-        console.print(f"RSS growth over warm-before by callbacks sent (MiB): {curve}")
-        console.print(f"target: no growth beyond a few MiB over 100,000 callbacks: {growth:+.1f} MiB over "
-                      f"{args.rss_callbacks:,} → " + ("[green]met[/]" if growth <= RSS_TARGET_MIB else "[red]NOT met[/]"))
+        if res.pass_store.runs:
+            console.print("[red]the pass-through bridge recorded runs: it was not a pure pass-through[/]")
 
-    for name, lines in log_lines.items():
-        warnings = [ln for ln in lines if " WARNING " in ln or " ERROR " in ln]
+    if "after" in res.rss:
+        rss = res.rss
+
+        def mib(key: str, field_name: str = "VmRSS") -> float:
+            return rss[key].get(field_name, 0) / 1024
+
+        growth = mib("after") - mib("warm")
+        table = Table("sample", "VmRSS MiB", "RssAnon MiB", "VmHWM MiB", "threads",
+                      title=f"Bridge worker RSS (shadow-on, {args.rss_callbacks:,} callbacks in "
+                            f"{res.timings.get('rss', 0):.0f} s)")
+        for key, label in (("raw", "raw-before (booted, idle)"),
+                           ("warm", f"warm-before (after {RSS_WARMUP_CALLBACKS:,} callbacks)"),
+                           ("after_now", "after (last callback answered)"), ("after", "after (+2 s, lanes drained)")):
+            table.add_row(label, f"{mib(key):.1f}", f"{mib(key, 'RssAnon'):.1f}", f"{mib(key, 'VmHWM'):.1f}",
+                          str(rss[key].get("Threads", "?")))
+        table.add_row("growth: after − warm-before", f"{growth:+.1f}",
+                      f"{mib('after', 'RssAnon') - mib('warm', 'RssAnon'):+.1f}", "", "")
+        table.add_row("growth: after − raw-before", f"{mib('after') - mib('raw'):+.1f}",
+                      f"{mib('after', 'RssAnon') - mib('raw', 'RssAnon'):+.1f}", "", "")
+        console.print(table)
+        warm = rss["warm"]["VmRSS"]
+        console.print("VmRSS over warm-before, by callbacks sent (MiB): "
+                      + "  ".join(f"{d // 1000}k {(v - warm) / 1024:+.1f}" for d, _, v in rss["curve"]))
+        console.print(f"target: no growth beyond a few MiB over 100,000 callbacks: {growth:+.1f} MiB over "
+                      f"{args.rss_callbacks:,} callbacks → {verdict(growth <= RSS_TARGET_MIB)}")
+
+    for name, lines in res.log_lines.items():
         kinds: dict[str, int] = {}
-        for ln in warnings:
-            key = re.sub(r"^\S+ \S+ \[\d+\] ", "", ln)
-            kinds[key] = kinds.get(key, 0) + 1
-        console.print(f"{name}: {len(warnings)} warning/error lines" + (
-            "; " + "; ".join(f"{n}× {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
+        for line in lines:
+            if " WARNING " in line or " ERROR " in line:
+                key = re.sub(r"^\S+ \S+ \[\d+\] ", "", line)
+                kinds[key] = kinds.get(key, 0) + 1
+        console.print(f"{name}: {sum(kinds.values())} warning/error lines" + (
+            ": " + "; ".join(f"{n}× {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
             if kinds else ""))
-    timings["total"] = time.perf_counter() - run_started
-    console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
-    return 0
+    console.print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in res.timings.items()))
 
 
 if __name__ == "__main__":
