@@ -111,9 +111,11 @@ class ProjectorThread:
 
 
 def start_projector_thread(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
-                           interval_s: float = 0.2) -> ProjectorThread:
+                           interval_s: float = 2.0) -> ProjectorThread:
     """The serving projector, already started: pass its ``notify`` as the primary path's on-commit hook and
-    its ``close`` to the container's closers. A lease row keeps it to one process per store."""
+    its ``close`` to the container's closers. A lease row keeps it to one process per store. It is woken on
+    every primary commit, so its idle poll is slow: each pass takes the lease with a write, which on SQLite
+    competes with the shadow writes for the one write lock."""
     outbox = SqlOutbox(engine)
     writer = LegacyStatusWriter(legacy_database_path)
     holder = f"projector-{uuid.uuid4().hex[:12]}"

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from bridge.domain.aggregate import AttemptWrite, ChangeSet
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import ActorType, EventType, RunEvent
-from bridge.domain.model import RUN_TERMINAL, AttemptStatus, Run, RunAttempt, RunStatus
+from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL, AttemptStatus, Run, RunAttempt, RunStatus
 from bridge.service.ports import ActiveCandidate, MismatchRecord, TaskSnapshot
 from bridge.storage.errors import translate_integrity_error
 from bridge.storage.schema import (
@@ -34,6 +34,7 @@ from bridge.storage.schema import (
 _RUN_FIELDS = tuple(f.name for f in fields(Run))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
 _TERMINAL_VALUES = tuple(s.value for s in RUN_TERMINAL)
+_ACTIVE_VALUES = tuple(s.value for s in RUN_ACTIVE)
 
 # The hot-path statements are Core statements built once and compiled once per dialect, then run on
 # the connection's DB-API cursor inside the transaction SQLAlchemy manages. Rebuilding, re-compiling and
@@ -236,7 +237,9 @@ class SqlRunStore:
 
     def active_candidates(self, legacy_cron_id: int, limit: int) -> list[ActiveCandidate]:
         r = runs_table
-        stmt = (select(r).where(r.c.legacy_cron_id == legacy_cron_id, r.c.status.notin_(_TERMINAL_VALUES))
+        # The active statuses by name, not "not terminal": the (legacy_cron_id, status, created_at_ms) index then
+        # seeks straight to the open Runs instead of walking the cron's whole history (slower as it grows).
+        stmt = (select(r).where(r.c.legacy_cron_id == legacy_cron_id, r.c.status.in_(_ACTIVE_VALUES))
                 .order_by(r.c.created_at_ms.desc(), r.c.id.desc()).limit(limit))
         runs = [run_from_row(row) for row in self._conn.execute(stmt).mappings()]
         if not runs:
