@@ -2,7 +2,7 @@
 
     python -m tests.bench.bench_shadow_http [--pairs N] [--rss-callbacks M] [--backend sqlite|postgres]
                                             [--pg-url URL] [--blocks B] [--threads T] [--throughput-seconds S]
-                                            [--budget-ms MS]
+                                            [--budget-ms MS] [--newconn-pairs K] [--double-nagle] [--reconciler]
 
 What runs (all on loopback, all started and always stopped by this script):
 
@@ -11,7 +11,13 @@ What runs (all on loopback, all started and always stopped by this script):
     the GIL with the load generator;
   * `bridge serve` (gunicorn, 1 worker x 16 threads) in front of it, shadow ON for every origin
     (BRIDGE_SHADOW_ORIGINS=manual,boot,...,system, BRIDGE_SHADOW_BUDGET_MS default 50);
-  * a second `bridge serve` with BRIDGE_SHADOW_ORIGINS empty: the pure pass-through, same settings otherwise.
+  * a second `bridge serve` with BRIDGE_SHADOW_ORIGINS empty: the pure pass-through, same settings otherwise, on
+    a store of its own (origin modes may be kept in the store, so a shared one could turn shadow on for it);
+  * the bridges' periodic reconcile pass is pushed out of the run (BRIDGE_RECONCILE_INTERVAL_S=86400; --reconciler
+    keeps the default): it would compare the pruned RunningInstances (below) with the store and flag every row.
+
+The bridges' stderr goes to files in the temp dir (a pipe nobody reads fills up under load and blocks the worker);
+the summary counts their warning/error lines, and the 2.x double's request errors.
 
 Each "execution" is one start callback and one end callback (exit 0) with a distinct pid and a begin time on a
 fire time of the cron's schedule, sent as the exact bytes of shell/api.sh (render_status_body, curl's headers,
@@ -29,7 +35,11 @@ Phases:
      their shadow lanes drained).
   3. RSS. A FRESH shadow-on bridge; VmRSS of its gunicorn worker (the child of the `bridge serve` process,
      found through /proc/<pid>/task/*/children) at boot (raw-before), after ~2,000 warm-up callbacks
-     (warm-before), every 10,000 callbacks, and after M callbacks sent by T threads (after).
+     (warm-before), every 10,000 callbacks, and after M callbacks sent by T threads (after); with its thread
+     count and the store connections it holds open (fds on the SQLite file / sockets to PostgreSQL). Each
+     progress line also gives that stretch's rate, mean shadow write and forward time from /metrics.
+
+CPU per callback (bridge worker, double, load generator) comes from /proc/<pid>/stat around each load run.
 
 Two things about the double are adjusted INSIDE its process (legacy_adapters/ is not edited):
 
@@ -119,9 +129,11 @@ def _prune_finished(data: LegacyDataDir) -> int:
         return -1
 
 
-def _double_main(data: LegacyDataDir, conn: Connection, nodelay: bool) -> None:
+def _double_main(data: LegacyDataDir, conn: Connection, nodelay: bool, log_path: str) -> None:
     """Child process: serve the double until told to stop; prune finished RunningInstances when asked."""
     from legacy_adapters.testing import double as double_module
+
+    sys.stderr = open(log_path, "w", buffering=1)  # noqa: SIM115 - http.server prints request errors here
 
     # Python's http.server leaves Nagle on and writes the head and the body of a reply in two send()s: on a
     # kept-alive connection the body then waits for the client's delayed ACK (~40 ms on Linux). Node's http
@@ -166,10 +178,11 @@ class DoubleHandle:
 
 
 @contextmanager
-def double_process(data: LegacyDataDir, *, nodelay: bool = True) -> Iterator[DoubleHandle]:
+def double_process(data: LegacyDataDir, log_path: Path, *, nodelay: bool = True) -> Iterator[DoubleHandle]:
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_double_main, args=(data, child, nodelay), name="legacy-2x-double", daemon=True)
+    proc = ctx.Process(target=_double_main, args=(data, child, nodelay, str(log_path)), name="legacy-2x-double",
+                       daemon=True)
     proc.start()
     try:
         deadline = time.monotonic() + 30
@@ -236,6 +249,31 @@ def rss_kib(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM", "Threads"):
             out[key] = int(value.split()[0])
     return out
+
+
+def store_connections(pid: int, sqlite_file: Path | None, pg_port: int = 5432) -> int:
+    """How many store connections the process holds open: fds on the SQLite file, or TCP sockets to PostgreSQL."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    targets = []
+    for fd in fd_dir.iterdir():
+        try:
+            targets.append(os.readlink(fd))
+        except OSError:
+            continue
+    if sqlite_file is not None:
+        return sum(1 for t in targets if t == str(sqlite_file))
+    inodes = {t[8:-1] for t in targets if t.startswith("socket:[")}
+    count = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[2].rpartition(":")[2], 16) == pg_port and fields[9] in inodes:
+                count += 1
+    return count
 
 
 def cpu_seconds(pid: int) -> float:
@@ -730,7 +768,8 @@ def run(res: Results, root: Path) -> None:
             pass_url, pass_schema = outer.enter_context(store(args.backend, root, args.pg_url, "pass"))
         except Exception as exc:  # noqa: BLE001 - reported by main
             raise StoreSetupError(f"{type(exc).__name__}: {exc}") from exc
-        double = outer.enter_context(double_process(data, nodelay=not args.double_nagle))
+        double_log = root / "double.log"
+        double = outer.enter_context(double_process(data, double_log, nodelay=not args.double_nagle))
         console.print(f"2.x double: pid {double.pid}, {double.url}; 2.x data dir and stores in {root}")
         common = dict(BRIDGE_LEGACY_URL=double.url, BRIDGE_LEGACY_DATA_DIR=str(data.root), BRIDGE_LEGACY_TZ="UTC",
                       BRIDGE_LEGACY_SCHEDULER="system", BRIDGE_SHADOW_BUDGET_MS=str(args.budget_ms),
@@ -769,13 +808,18 @@ def run(res: Results, root: Path) -> None:
             double.autoprune(True)
             with ExitStack() as bridges:
                 fresh = start_bridge(bridges, SHADOW, ALL_ORIGINS, "bridge-shadow-rss")
-                rss_phase(res, fresh, data.system_token, work, double)
+                sqlite_file = (root / "bridge.sqlite").resolve() if args.backend == "sqlite" else None
+                rss_phase(res, fresh, data.system_token, work, double, sqlite_file)
                 res.metrics["rss"] = fresh.metrics()
 
         # Every bridge has stopped here: SIGTERM made its worker drain the shadow lanes before exiting.
         res.store = store_report(shadow_url, shadow_schema)
         res.pass_store = store_report(pass_url, pass_schema)
         res.log_lines = {p.name: p.read_text(errors="replace").splitlines() for p in log_files}
+        double_errors = [ln for ln in double_log.read_text(errors="replace").splitlines()
+                         if ln.startswith(("sqlite3.", "Exception occurred"))]
+        res.log_lines["2.x double (request errors)"] = [
+            f"x WARNING {ln}" for ln in double_errors if not ln.startswith("Exception occurred")]
 
 
 def latency_phases(res: Results, targets: dict[str, str], token: str, work: Workload, double: DoubleHandle) -> None:
@@ -810,24 +854,30 @@ def throughput_phase(res: Results, targets: dict[str, str], workers: dict[str, i
     res.timings["throughput"] = time.perf_counter() - began
 
 
-def rss_phase(res: Results, bridge: BridgeHandle, token: str, work: Workload, double: DoubleHandle) -> None:
+def rss_phase(res: Results, bridge: BridgeHandle, token: str, work: Workload, double: DoubleHandle,
+              sqlite_file: Path | None) -> None:
     args, rss = res.args, res.rss
     worker = bridge.worker_pid()
+
+    def sample() -> dict[str, int]:
+        return rss_kib(worker) | {"StoreConns": store_connections(worker, sqlite_file)}
+
     time.sleep(1.0)
-    rss["raw"] = rss_kib(worker)
+    rss["raw"] = sample()
     console.print(f"[bold]phase 3[/] RSS: worker pid {worker} raw VmRSS {rss['raw']['VmRSS'] / 1024:.1f} MiB; "
                   f"{RSS_WARMUP_CALLBACKS:,} warm-up callbacks ... ({load_avg()})")
     concurrent_load(bridge.url, token, work, res.tally, threads=args.threads, callbacks=RSS_WARMUP_CALLBACKS,
                     keep_latency=False)
     time.sleep(1.0)
-    rss["warm"] = rss_kib(worker)
+    rss["warm"] = sample()
     rss["curve"] = [(0, 0.0, rss["warm"]["VmRSS"])]
     console.print(f"  warm VmRSS {rss['warm']['VmRSS'] / 1024:.1f} MiB; sending {args.rss_callbacks:,} callbacks "
                   f"with {args.threads} threads ...")
     last: dict[str, Any] = {"done": 0, "elapsed": 0.0, "metrics": bridge.metrics()}
 
     def tick(done: int, elapsed: float) -> None:
-        now = rss_kib(worker)["VmRSS"]
+        now_sample = sample()
+        now = now_sample["VmRSS"]
         rss["curve"].append((done, elapsed, now))
         m, m0 = bridge.metrics(), last["metrics"]
 
@@ -841,16 +891,17 @@ def rss_phase(res: Results, bridge: BridgeHandle, token: str, work: Workload, do
         console.print(f"  {done:>7,} / {args.rss_callbacks:,} callbacks {elapsed:6.1f} s | last {PROGRESS_EVERY:,}: "
                       f"{rate:4.0f} cb/s, shadow write {write_ms:5.2f} ms, forward {fwd_ms:5.2f} ms, "
                       f"{delta('shadow_write_failed_total', error='timeout'):.0f} over budget | VmRSS "
-                      f"{now / 1024:6.1f} MiB ({(now - rss['warm']['VmRSS']) / 1024:+.1f}) | {load_avg()}")
+                      f"{now / 1024:6.1f} MiB ({(now - rss['warm']['VmRSS']) / 1024:+.1f}), "
+                      f"{now_sample['Threads']} threads, {now_sample['StoreConns']} store conns | {load_avg()}")
 
     began = time.perf_counter()
     res.loads["rss"] = concurrent_load(bridge.url, token, work, res.tally, threads=args.threads,
                                        callbacks=args.rss_callbacks, tick=tick,
                                        cpu_pids={"bridge worker": worker, "2.x double": double.pid})
     res.timings["rss"] = time.perf_counter() - began
-    rss["after_now"] = rss_kib(worker)
+    rss["after_now"] = sample()
     time.sleep(2.0)  # let the shadow lanes drain
-    rss["after"] = rss_kib(worker)
+    rss["after"] = sample()
 
 
 def verdict(ok: bool) -> str:
@@ -947,18 +998,18 @@ def report(res: Results) -> None:
             return rss[key].get(field_name, 0) / 1024
 
         growth = mib("after") - mib("warm")
-        table = Table("sample", "VmRSS MiB", "RssAnon MiB", "VmHWM MiB", "threads",
+        table = Table("sample", "VmRSS MiB", "RssAnon MiB", "VmHWM MiB", "threads", "store conns",
                       title=f"Bridge worker RSS (shadow-on, {args.rss_callbacks:,} callbacks in "
                             f"{res.timings.get('rss', 0):.0f} s)")
         for key, label in (("raw", "raw-before (booted, idle)"),
                            ("warm", f"warm-before (after {RSS_WARMUP_CALLBACKS:,} callbacks)"),
                            ("after_now", "after (last callback answered)"), ("after", "after (+2 s, lanes drained)")):
             table.add_row(label, f"{mib(key):.1f}", f"{mib(key, 'RssAnon'):.1f}", f"{mib(key, 'VmHWM'):.1f}",
-                          str(rss[key].get("Threads", "?")))
+                          str(rss[key].get("Threads", "?")), str(rss[key].get("StoreConns", "?")))
         table.add_row("growth: after − warm-before", f"{growth:+.1f}",
-                      f"{mib('after', 'RssAnon') - mib('warm', 'RssAnon'):+.1f}", "", "")
+                      f"{mib('after', 'RssAnon') - mib('warm', 'RssAnon'):+.1f}", "", "", "")
         table.add_row("growth: after − raw-before", f"{mib('after') - mib('raw'):+.1f}",
-                      f"{mib('after', 'RssAnon') - mib('raw', 'RssAnon'):+.1f}", "", "")
+                      f"{mib('after', 'RssAnon') - mib('raw', 'RssAnon'):+.1f}", "", "", "")
         console.print(table)
         warm = rss["warm"]["VmRSS"]
         console.print("VmRSS over warm-before, by callbacks sent (MiB): "
@@ -970,7 +1021,7 @@ def report(res: Results) -> None:
         kinds: dict[str, int] = {}
         for line in lines:
             if " WARNING " in line or " ERROR " in line:
-                key = re.sub(r"^\S+ \S+ \[\d+\] ", "", line)
+                key = re.sub(r"^\S+ \S+ \[\d+\] ", "", line).removeprefix("x ")
                 kinds[key] = kinds.get(key, 0) + 1
         console.print(f"{name}: {sum(kinds.values())} warning/error lines" + (
             ": " + "; ".join(f"{n}× {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
