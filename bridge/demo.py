@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,16 +79,21 @@ def lay_out(root: Path) -> tuple[LegacyDataDir, Crons]:
 
 @contextmanager
 def bridge_process(env: dict[str, str], url: str) -> Iterator[subprocess.Popen[bytes]]:
-    """`bridge serve` as a child process, up when /healthz answers; always stopped afterwards."""
+    """`bridge serve` as a child process, up when /healthz answers; always stopped afterwards.
+
+    Its log goes to a temporary file (``proc.log_file``), never to a pipe nobody drains: a chatty worker
+    would block on a full pipe.
+    """
+    log_file = tempfile.TemporaryFile()
     # Its own process group, so the gunicorn workers go with it whatever happens to the master.
     proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log_file)
+    proc.log_file = log_file  # type: ignore[attr-defined]
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError("bridge serve exited: " + (proc.stderr.read() if proc.stderr else b"")
-                                   .decode(errors="replace")[-400:])
+                raise RuntimeError("bridge serve exited: " + read_log(proc)[-400:])
             try:
                 if httpx.get(f"{url}/healthz", timeout=1).status_code in (200, 503):
                     break
@@ -104,6 +110,13 @@ def bridge_process(env: dict[str, str], url: str) -> Iterator[subprocess.Popen[b
             proc.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # a worker left behind by a killed master
+
+
+def read_log(proc: subprocess.Popen[bytes]) -> str:
+    """What a `bridge_process` child has logged so far."""
+    log_file = proc.log_file  # type: ignore[attr-defined]
+    log_file.seek(0)
+    return log_file.read().decode(errors="replace")
 
 
 class Shell:

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
+from bridge.demo import CURL_HEADERS, bridge_process, free_port, read_log, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.schema import runs_table
@@ -32,7 +32,7 @@ def test_an_unreachable_2x_gives_a_502_in_2x_shape_records_nothing_and_logs_no_s
             reply = client.put("/open/crons/status?t=1", content=render_status_body(cron, 0, 77, SECRET_PATH, 1),
                                headers={**CURL_HEADERS, "Authorization": f"Bearer {SECRET_TOKEN}"})
             health = client.get("/healthz")
-    logs = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    logs = read_log(proc)
     assert reply.status_code == 502
     body = json.loads(reply.content)
     assert body["code"] == 502 and body["message"]
