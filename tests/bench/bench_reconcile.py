@@ -34,6 +34,7 @@ not be set up or a pass failed). --profile runs the measured pass under cProfile
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import dataclasses
 import gc
@@ -52,14 +53,14 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Engine, create_engine, func, insert, select, text
+from sqlalchemy import Engine, func, insert, select, text
 
 from bridge.domain.model import Origin
 from bridge.service.ports import StaticModes, TaskSnapshot
@@ -79,6 +80,7 @@ from legacy_adapters.origin import infer_start_origin
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import CrontabStatus, InstanceStatus, format_js_date_string, format_updated_at
 from legacy_adapters.testing.datadir import create_legacy_data_dir, uniq_path
+from tests.bench.stores import fresh_store
 
 DEFAULT_PG_URL = os.environ.get("BRIDGE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TARGET_RATIO = 12.0
@@ -677,29 +679,9 @@ def child_main(spec: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def bridge_store(backend: str, tmp: Path, pg_url: str) -> Iterator[tuple[str, str | None]]:
+def bridge_store(backend: str, tmp: Path, pg_url: str) -> contextlib.AbstractContextManager[tuple[str, str | None]]:
     """A fresh, upgraded store: (url, schema)."""
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp / 'bridge.sqlite'}"
-        engine = make_engine(url)
-        upgrade(engine)
-        engine.dispose()
-        yield url, None
-        return
-    schema = f"bench_rec_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        engine = make_engine(pg_url, pg_search_path=schema)
-        upgrade(engine)
-        engine.dispose()
-        yield pg_url, schema
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    return fresh_store(backend, tmp, pg_url, "bridge")
 
 
 def measure(backend: str, n: int, crons: int, pg_url: str, seed: int, profile: bool, keep: bool) -> dict[str, Any]:

@@ -72,7 +72,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
@@ -84,17 +83,17 @@ from zoneinfo import ZoneInfo
 import httpx
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import func, select
 
 from bridge.demo import CURL_HEADERS, free_port
 from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
 from bridge.storage.schema import mismatches_table, run_events_table, runs_table
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.origin import schedule_matches
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.testing.datadir import LegacyDataDir, connect, create_legacy_data_dir, immediate
 from legacy_adapters.testing.double import Legacy2xDouble
+from tests.bench.stores import fresh_store
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ALL_ORIGINS = "manual,boot,scheduled_node,scheduled_system,script,subscription,system"
@@ -624,31 +623,7 @@ def store_report(database_url: str, schema: str | None) -> StoreReport:
                        {str(k): int(v) for k, v in by_type.items()}, {str(k): int(v) for k, v in by_kind.items()})
 
 
-@contextmanager
-def store(backend: str, root: Path, pg_url: str, name: str = "bridge") -> Iterator[tuple[str, str | None]]:
-    """A fresh, migrated store: a SQLite file in ``root`` or a new PostgreSQL schema (dropped afterwards)."""
-    if backend == "sqlite":
-        url = f"sqlite:///{(root / f'{name}.sqlite').resolve()}"
-        engine = make_engine(url)
-        upgrade(engine)
-        engine.dispose()
-        yield url, None
-        return
-    schema = f"bench_{name}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        try:
-            engine = make_engine(pg_url, pg_search_path=schema)
-            upgrade(engine)
-            engine.dispose()
-            yield pg_url, schema
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    finally:
-        admin.dispose()
+store = fresh_store  # a fresh, migrated store per bridge under test
 
 
 # --- output -----------------------------------------------------------------------------------------------------------
