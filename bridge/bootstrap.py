@@ -20,6 +20,8 @@ from bridge.storage.engine import make_engine
 from bridge.storage.migrate import refuse_legacy_database
 from bridge.storage.unit_of_work import SqlUnitOfWork
 
+KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
+
 
 @dataclass
 class Store:
@@ -83,6 +85,10 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False) ->
     container.flags = build_flags(store)
     modes = CachedModes(container.flags)
     if settings.legacy_database_path is not None:
+        # One reader for the callback path and the reconciler, keeping a few connections open: a Crontabs
+        # lookup precedes every start callback. Closed last (closers run in reverse).
+        reader = _legacy_reader(settings, keep_connections=KEPT_LEGACY_CONNECTIONS)
+        container.closers.append(reader.close)
         notify: Callable[[], None] = lambda: None  # noqa: E731 - no projector outside `bridge serve`
         if schedule_reconciler:  # the serving process: it also keeps 2.x's columns current (primary mode)
             from bridge.projector import start_projector_thread
@@ -90,37 +96,37 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False) ->
             projector = start_projector_thread(store.engine, settings.legacy_database_path, metrics)
             container.closers.append(projector.close)
             notify = projector.notify
-        interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify)
+        interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify, reader=reader)
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
         if schedule_reconciler:
             from projections.schedule import start_reconcile_schedule
 
-            reconciler = build_reconciler(settings, store, metrics, container.flags, modes)
+            reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
             scheduler = start_reconcile_schedule(reconciler.run_once, settings.reconcile_interval_s)
             container.closers.append(lambda: scheduler.shutdown(wait=True))
     return container
 
 
 def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService,
-                     modes: ModeSource | None = None) -> Any:
+                     modes: ModeSource | None = None, *, reader: Any = None) -> Any:
     from bridge.reconciler import Reconciler, ReconcileSettings
     from bridge.storage.reconcile_queries import ReconcileStore
 
     return Reconciler(
-        ReconcileStore(store.engine), store.runs, _legacy_reader(settings), modes or CachedModes(flags), metrics,
-        SystemClock(), scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        ReconcileStore(store.engine), store.runs, reader or _legacy_reader(settings), modes or CachedModes(flags),
+        metrics, SystemClock(), scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s))
 
 
-def _legacy_reader(settings: Settings) -> Any:
+def _legacy_reader(settings: Settings, keep_connections: int = 0) -> Any:
     from legacy_adapters.reader import LegacyReader
 
     if settings.legacy_database_path is None:
         raise ConfigError("BRIDGE_LEGACY_DATA_DIR", "is required to compare with 2.x")
-    reader = LegacyReader(settings.legacy_database_path)
+    reader = LegacyReader(settings.legacy_database_path, keep_connections=keep_connections)
     reader.check_is_legacy_database()
     return reader
 
@@ -136,13 +142,13 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
 
 
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
-                      on_primary_commit: Callable[[], None] = lambda: None) -> Any:
+                      on_primary_commit: Callable[[], None] = lambda: None, *, reader: Any = None) -> Any:
     from bridge.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.auth import LegacyTokenAuthority
 
     assert settings.legacy_keyv_path is not None
     return ShadowInterceptor(
-        ShadowRecorder(store.runs), _legacy_reader(settings), modes, metrics, SystemClock(),
+        ShadowRecorder(store.runs), reader or _legacy_reader(settings), modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         auth=LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit)

@@ -41,12 +41,16 @@ class ProcProbe:
 
     def __init__(self, root: Path = PROC) -> None:
         self._root = root
+        self._boot_id: str | None = None
 
     def boot_id(self) -> str | None:
-        try:
-            return (self._root / "sys/kernel/random/boot_id").read_text().strip() or None
-        except OSError:
-            return None
+        # Read once: this process cannot outlive the boot it started in (it is on every start callback's path).
+        if self._boot_id is None:
+            try:
+                self._boot_id = (self._root / "sys/kernel/random/boot_id").read_text().strip() or None
+            except OSError:
+                return None
+        return self._boot_id
 
     def stat(self, pid: int) -> tuple[str, int, int] | None:
         """(command, start ticks, process group) of a live pid, or None."""

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
@@ -23,6 +24,7 @@ from legacy_adapters.schema import CRONTABS_SENTINEL_COLUMNS
 # rollback-journal SHARED lock long, so it waits briefly and reads in short statements.
 BUSY_TIMEOUT_S = 0.3
 COLUMNS_TTL_S = 30.0
+KEPT_CACHE_KIB = 512
 # Objects a QingLong 3.0 migration creates; their presence means the file is no longer plain 2.x.
 _THREE_ZERO_TABLES = ("Runs", "RunAttempts", "RunEvents", "RunRetryPolicies")
 
@@ -187,24 +189,78 @@ def _instance_from_row(row: Mapping[str, Any]) -> LegacyInstance:
 
 
 class LegacyReader:
-    """Reads 2.x tables by column name over short read-only connections."""
+    """Reads 2.x tables by column name over read-only connections.
 
-    def __init__(self, database_path: str | os.PathLike[str], *, schema_ttl_s: float = COLUMNS_TTL_S) -> None:
+    By default each read opens and closes its own connection. A long-running reader (``bridge serve``,
+    which reads a Crontabs row before forwarding every start callback) keeps up to ``keep_connections``
+    idle connections instead: opening one costs a schema parse, more than the lookup itself. An idle
+    connection holds no lock (every read is one autocommit statement, finished before it is returned),
+    SQLite re-validates its page cache against 2.x's writes at each read, and a file replaced under the
+    same path (a restore) is noticed by its inode and the old connections are dropped.
+    """
+
+    def __init__(self, database_path: str | os.PathLike[str], *, schema_ttl_s: float = COLUMNS_TTL_S,
+                 keep_connections: int = 0) -> None:
         self.path = Path(database_path)
         self._schema_ttl_s = schema_ttl_s
         self._columns: dict[str, tuple[float, frozenset[str]]] = {}
+        self._keep = keep_connections
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_file: tuple[int, int] | None = None  # (st_dev, st_ino) the idle connections are open on
+        self._lock = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
         # mode=ro can never create or write the file; as_uri() percent-encodes odd paths.
         uri = f"{self.path.resolve().as_uri()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
+        if self._keep:
+            conn.execute(f"PRAGMA cache_size=-{KEPT_CACHE_KIB}")  # bounded memory per kept connection
         return conn
 
     def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         # One statement = one implicit read transaction, released before rows are used.
-        with closing(self._connect()) as conn:
-            return conn.execute(sql, params).fetchall()
+        if not self._keep:
+            with closing(self._connect()) as conn:
+                return conn.execute(sql, params).fetchall()
+        file_id, conn = self._checkout()
+        try:
+            rows = conn.execute(sql, params).fetchall()
+        except BaseException:
+            conn.close()
+            raise
+        self._checkin(file_id, conn)
+        return rows
+
+    def _checkout(self) -> tuple[tuple[int, int] | None, sqlite3.Connection]:
+        try:
+            stat = os.stat(self.path)
+            file_id: tuple[int, int] | None = (stat.st_dev, stat.st_ino)
+        except OSError:
+            file_id = None  # connecting then fails with the usual sqlite3 error
+        with self._lock:
+            if file_id != self._idle_file:
+                stale, self._idle, self._idle_file = self._idle, [], file_id
+            else:
+                stale = []
+            conn = self._idle.pop() if self._idle else None
+        for old in stale:
+            old.close()
+        return file_id, conn or self._connect()
+
+    def _checkin(self, file_id: tuple[int, int] | None, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if file_id is not None and file_id == self._idle_file and len(self._idle) < self._keep:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Close the kept connections (a later read opens new ones)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     def columns(self, table: str) -> frozenset[str]:
         """Column names of ``table``; empty when the install has no such table.

@@ -12,7 +12,7 @@ adds a projection outbox row in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from bridge.domain.aggregate import RunChange
@@ -29,6 +29,7 @@ from bridge.service.run_service import RunService, RunTransaction
 
 PROJECT_ID = "default"
 CANDIDATE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
+STORED_REVISIONS_KEPT = 4096
 SHELL = Actor(ActorType.LEGACY_SHELL)
 _SYNTH = {"synthesized": True}
 
@@ -96,17 +97,28 @@ ContextSource = Callable[[], ExecutionContext | None]
 class ShadowRecorder:
     def __init__(self, runs: RunService) -> None:
         self._runs = runs
+        # Revisions whose snapshot is known committed (snapshots are never deleted): a cron's every start
+        # would otherwise re-send the same insert-or-ignore. Bounded; forgetting only costs that insert.
+        self._stored_revisions: set[str] = set()
 
     def record_start(self, facts: CallbackFacts, context: ExecutionContext) -> ShadowResult:
         """Open the execution's Run (running, Attempt 1 running); a repeat appends nothing."""
+        revision_stored = context.task_revision in self._stored_revisions
+        ctx = replace(context, snapshot=None) if revision_stored else context
+
         def work(tx: RunTransaction) -> ShadowResult:
             existing = tx.store.get_run_by_idempotency_key(PROJECT_ID, facts.execution_key)
             if existing is not None:
                 return _late_or_duplicate(tx, existing, f"late-start:{facts.execution_key}", "start")
-            run = _open_run(tx, facts, context, synthesized=False)
-            return ShadowResult(Outcome.STARTED, run.id, context.origin)
+            run = _open_run(tx, facts, ctx, synthesized=False)
+            return ShadowResult(Outcome.STARTED, run.id, ctx.origin)
 
-        return self._once(work, facts)
+        result = self._once(work, facts)
+        if result.outcome is Outcome.STARTED and ctx.snapshot is not None:
+            if len(self._stored_revisions) >= STORED_REVISIONS_KEPT:
+                self._stored_revisions.clear()
+            self._stored_revisions.add(ctx.task_revision)
+        return result
 
     def record_end(self, facts: CallbackFacts, context: ContextSource) -> ShadowResult:
         """Close the one matching Run, back-fill one, or record why the callback could not be placed."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Executable, and_, bindparam, exists, insert, select, update
+from sqlalchemy import Connection, Dialect, Executable, and_, bindparam, exists, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -85,11 +85,9 @@ class _Prepared:
 
     @staticmethod
     def _args(params: Params, order: tuple[str, ...] | None, defaults: Params) -> Any:
-        if order is None:
-            return params
         if defaults:  # binds the statement fills itself, e.g. SQLite's OFFSET 0 after a LIMIT
             params = {**defaults, **params}
-        return tuple(params[k] for k in order)
+        return params if order is None else tuple(params[k] for k in order)
 
     def _for(self, dialect: Dialect) -> tuple[str, tuple[str, ...] | None, Params]:
         found = self._compiled.get(dialect.name)
@@ -119,6 +117,31 @@ _UPDATE_ATTEMPT = _Prepared(update(_a).where(_a.c.id == bindparam("b_id"), _a.c.
                             _ATTEMPT_FIELDS_NO_ID)
 _LIST_EVENTS = _Prepared(select(_e).where(_e.c.run_id == bindparam("b_run_id"), _e.c.sequence > bindparam("b_after"))
                          .order_by(_e.c.sequence).limit(bindparam("b_limit")))
+
+
+# A cron's open Runs, newest first, each with its latest Attempt, in one statement. The active statuses are
+# named (not "not terminal") so the (legacy_cron_id, status, created_at_ms) index seeks straight to the open
+# Runs instead of walking the cron's whole history; one bind per status keeps the statement precompiled.
+_a_latest = _a.alias("latest")
+_LATEST_ATTEMPT_NO = (select(func.max(_a_latest.c.attempt)).where(_a_latest.c.run_id == _r.c.id)
+                      .correlate(_r).scalar_subquery())
+_ACTIVE_CANDIDATES = _Prepared(
+    select(_r, *[_a.c[name].label(f"a__{name}") for name in _ATTEMPT_FIELDS])
+    .select_from(_r.outerjoin(_a, and_(_a.c.run_id == _r.c.id, _a.c.attempt == _LATEST_ATTEMPT_NO)))
+    .where(_r.c.legacy_cron_id == bindparam("b_cron"),
+           _r.c.status.in_([bindparam(f"b_active_{i}", value) for i, value in enumerate(_ACTIVE_VALUES)]))
+    .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(bindparam("b_limit")))
+# ON CONFLICT DO NOTHING: concurrent first runs of one revision must not fail each other.
+_INSERT_SNAPSHOT_PG = _Prepared(postgresql_insert(task_snapshots_table).on_conflict_do_nothing(
+    index_elements=["task_revision"]), [c.name for c in task_snapshots_table.columns])
+_INSERT_SNAPSHOT_SQLITE = _Prepared(sqlite_insert(task_snapshots_table).on_conflict_do_nothing(
+    index_elements=["task_revision"]), [c.name for c in task_snapshots_table.columns])
+
+
+def _latest_attempt_from_row(row: Mapping[str, Any]) -> RunAttempt | None:
+    if row["a__id"] is None:
+        return None
+    return attempt_from_row({name: row[f"a__{name}"] for name in _ATTEMPT_FIELDS})
 
 
 def run_from_row(row: Mapping[str, Any]) -> Run:
@@ -236,28 +259,12 @@ class SqlRunStore:
         return [event_from_row(r) for r in _LIST_EVENTS.execute(self._conn, params).rows]
 
     def active_candidates(self, legacy_cron_id: int, limit: int) -> list[ActiveCandidate]:
-        r = runs_table
-        # The active statuses by name, not "not terminal": the (legacy_cron_id, status, created_at_ms) index then
-        # seeks straight to the open Runs instead of walking the cron's whole history (slower as it grows).
-        stmt = (select(r).where(r.c.legacy_cron_id == legacy_cron_id, r.c.status.in_(_ACTIVE_VALUES))
-                .order_by(r.c.created_at_ms.desc(), r.c.id.desc()).limit(limit))
-        runs = [run_from_row(row) for row in self._conn.execute(stmt).mappings()]
-        if not runs:
-            return []
-        a = run_attempts_table
-        rows = self._conn.execute(select(a).where(a.c.run_id.in_([run.id for run in runs]))).mappings()
-        latest: dict[str, RunAttempt] = {}
-        for row in rows:
-            attempt = attempt_from_row(row)
-            if attempt.run_id not in latest or attempt.attempt > latest[attempt.run_id].attempt:
-                latest[attempt.run_id] = attempt
-        return [ActiveCandidate(run, latest.get(run.id)) for run in runs]
+        rows = _ACTIVE_CANDIDATES.execute(self._conn, {"b_cron": legacy_cron_id, "b_limit": limit}).rows
+        return [ActiveCandidate(run_from_row(row), _latest_attempt_from_row(row)) for row in rows]
 
     def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
-        # ON CONFLICT DO NOTHING: concurrent first runs of one revision must not fail each other.
-        dialect_insert = postgresql_insert if self._conn.dialect.name == "postgresql" else sqlite_insert
-        self._conn.execute(dialect_insert(task_snapshots_table).values(asdict(snapshot))
-                           .on_conflict_do_nothing(index_elements=["task_revision"]))
+        prepared = _INSERT_SNAPSHOT_PG if self._conn.dialect.name == "postgresql" else _INSERT_SNAPSHOT_SQLITE
+        prepared.execute(self._conn, asdict(snapshot))
 
     def record_mismatch(self, record: MismatchRecord) -> bool:
         t = mismatches_table

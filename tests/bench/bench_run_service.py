@@ -12,9 +12,10 @@ One lifecycle = one Run with one Attempt, start -> running -> succeeded, as four
 
 "raw" does the SAME transactions with the DB-API driver (stdlib sqlite3 / psycopg 3): the same statements in
 the same order, the same columns (the UPDATEs write every column, as SqlRunStore does), the same dedupe keys
-(enforced by the unique index on both sides), the same CAS conditions and rowcount checks, the same event rows and JSON payload bytes. A statement
-audit (statements issued per command, and for PostgreSQL the client->server round trips taken from a libpq
-trace) and a row-shape comparison are printed so the fairness of the ratio can be checked, not assumed.
+(enforced by the unique index on both sides), the same CAS conditions and rowcount checks, the same event rows
+and JSON payload bytes. A statement audit (statements issued per command, and for PostgreSQL the client->server
+round trips taken from a libpq trace) and a row-shape comparison are printed so the fairness of the ratio can
+be checked, not assumed.
 
 Both implementations write into the same fresh store (a temp-dir SQLite file, or a fresh PostgreSQL schema
 that is dropped afterwards) and run in interleaved blocks (ABBA order), so table growth and machine noise hit

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from sqlalchemy import Engine, text
 
 from bridge.domain.commands import RequestCancel
 from bridge.domain.events import EventType
 from bridge.domain.model import AttemptStatus, RunStatus
+from bridge.service.clock import SystemClock
+from bridge.service.ports import TaskSnapshot
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
+from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR
 
 CTX = ExecutionContext(origin="scheduled_node", evidence="schedule_match:main:5_field:node", task_revision="rev")
@@ -138,3 +144,42 @@ def test_a_2x_stop_cancels_the_active_runs_and_the_killed_shells_end_is_late(rec
     assert recorder.record_end(end(pid=100, log="a", exit_code=143), lambda: CTX).outcome is Outcome.LATE_IGNORED
     assert service.get_run(a).status is RunStatus.CANCELLED
     assert recorder.record_stop(1, BEGIN_MS + 6000) == []
+
+
+def _snapshot(revision: str, command: str) -> TaskSnapshot:
+    return TaskSnapshot(task_revision=revision, task_id="legacy-cron:1", legacy_cron_id=1, name="demo",
+                        command=command, schedule="*/5 * * * *", work_dir=None, log_name=None, created_at_ms=BEGIN_MS)
+
+
+def _stored_snapshots(engine: Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT task_revision, command FROM task_snapshots")).all())
+
+
+def test_each_task_revision_is_snapshotted_once_per_store(sql_backend: Backend) -> None:
+    """The first start of a revision stores its snapshot; later starts, from this recorder (which then skips
+    the insert) or another process's, keep that one; an edited cron is a new revision with its own snapshot."""
+    service = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+    first = replace(CTX, task_revision="rev-1", snapshot=_snapshot("rev-1", "task a.js"))
+    edited = replace(CTX, task_revision="rev-2", snapshot=_snapshot("rev-2", "task b.js"))
+    recorder, other_process = ShadowRecorder(service), ShadowRecorder(service)
+
+    assert recorder.record_start(facts(pid=1), first).outcome is Outcome.STARTED
+    assert recorder.record_start(facts(pid=2), replace(first, snapshot=_snapshot("rev-1", "changed?"))).outcome \
+        is Outcome.STARTED
+    assert other_process.record_start(facts(pid=3), replace(first, snapshot=_snapshot("rev-1", "again"))).outcome \
+        is Outcome.STARTED
+    assert _stored_snapshots(sql_backend.engine) == {"rev-1": "task a.js"}
+
+    assert recorder.record_start(facts(pid=4), edited).outcome is Outcome.STARTED
+    assert _stored_snapshots(sql_backend.engine) == {"rev-1": "task a.js", "rev-2": "task b.js"}
+
+
+def test_a_duplicate_start_does_not_count_its_revision_as_stored(sql_backend: Backend) -> None:
+    service = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+    recorder = ShadowRecorder(service)
+    recorder.record_start(facts(pid=1), CTX)  # no snapshot in this context
+    duplicate = replace(CTX, snapshot=_snapshot(CTX.task_revision, "task a.js"))
+    assert recorder.record_start(facts(pid=1), duplicate).outcome is Outcome.DUPLICATE
+    assert recorder.record_start(facts(pid=2), duplicate).outcome is Outcome.STARTED
+    assert _stored_snapshots(sql_backend.engine) == {CTX.task_revision: "task a.js"}

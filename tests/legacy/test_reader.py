@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from contextlib import closing
 from pathlib import Path
 
@@ -8,7 +10,7 @@ import pytest
 
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.reader import LegacyReader, detect_scheduler_mode
-from legacy_adapters.testing.datadir import LegacyDataDir
+from legacy_adapters.testing.datadir import LegacyDataDir, connect, immediate
 
 # A pre-2.20 Crontabs table: none of the ALTER-added columns, and no RunningInstances table.
 OLD_CRONTABS = (
@@ -149,3 +151,84 @@ def test_scheduler_mode_follows_ql_scheduler_then_crond(monkeypatch: pytest.Monk
     assert detect_scheduler_mode({}) == "system"
     monkeypatch.setattr("legacy_adapters.reader.shutil.which", lambda name: None)
     assert detect_scheduler_mode({"QL_SCHEDULER": "bogus"}) == "node"
+
+
+# -- a reader that keeps its connections (bridge serve) -----------------------------------------
+
+
+def _open_fds_on(path: Path) -> int:
+    target = str(path.resolve())
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            count += os.readlink(fd) == target
+        except OSError:  # the fd closed meanwhile
+            continue
+    return count
+
+
+def test_a_kept_connection_sees_every_later_2x_write(legacy_dir: LegacyDataDir) -> None:
+    reader = LegacyReader(legacy_dir.database_path, keep_connections=2)
+    cron_id = legacy_dir.add_cron("kept", "task k.js", "0 * * * *")
+    assert reader.get_cron(cron_id).status == 1  # type: ignore[union-attr]
+    with closing(connect(legacy_dir.database_path)) as writer, immediate(writer):
+        writer.execute("UPDATE Crontabs SET status = 0, pid = 4242 WHERE id = ?", (cron_id,))
+    cron = reader.get_cron(cron_id)
+    assert cron is not None and (cron.status, cron.pid) == (0, 4242)
+    reader.close()
+
+
+def test_a_kept_connection_holds_no_lock_between_reads(legacy_dir: LegacyDataDir) -> None:
+    reader = LegacyReader(legacy_dir.database_path, keep_connections=2)
+    cron_id = legacy_dir.add_cron("kept", "task k.js", "0 * * * *")
+    assert reader.get_cron(cron_id) is not None
+    # 2.x takes the whole file for a write; a reader still inside a read transaction would make this wait.
+    with closing(sqlite3.connect(legacy_dir.database_path, timeout=0, isolation_level=None)) as writer:
+        writer.execute("BEGIN EXCLUSIVE")
+        writer.execute("UPDATE Crontabs SET name = 'renamed' WHERE id = ?", (cron_id,))
+        writer.execute("COMMIT")
+    assert reader.get_cron(cron_id).name == "renamed"  # type: ignore[union-attr]
+    reader.close()
+
+
+def test_a_database_file_replaced_under_the_same_path_is_read_from_the_new_file(
+        legacy_dir: LegacyDataDir, tmp_path: Path) -> None:
+    reader = LegacyReader(legacy_dir.database_path, keep_connections=2)
+    cron_id = legacy_dir.add_cron("before-restore", "task r.js", "0 * * * *")
+    assert reader.get_cron(cron_id).name == "before-restore"  # type: ignore[union-attr]
+    restored = tmp_path / "restored.sqlite"
+    with closing(sqlite3.connect(legacy_dir.database_path)) as source, closing(sqlite3.connect(restored)) as copy:
+        source.backup(copy)
+        copy.execute("UPDATE Crontabs SET name = 'after-restore' WHERE id = ?", (cron_id,))
+        copy.commit()
+    os.replace(restored, legacy_dir.database_path)  # what a restore of 2.x's data directory does to the file
+    assert reader.get_cron(cron_id).name == "after-restore"  # type: ignore[union-attr]
+    reader.close()
+
+
+def test_kept_connections_are_bounded_and_closed(legacy_dir: LegacyDataDir) -> None:
+    reader = LegacyReader(legacy_dir.database_path, keep_connections=2)
+    cron_id = legacy_dir.add_cron("kept", "task k.js", "0 * * * *")
+    before = _open_fds_on(legacy_dir.database_path)
+    barrier = threading.Barrier(6)
+
+    def read() -> None:
+        barrier.wait()
+        for _ in range(20):
+            assert reader.get_cron(cron_id) is not None
+
+    threads = [threading.Thread(target=read) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert 1 <= _open_fds_on(legacy_dir.database_path) - before <= 2
+    reader.close()
+    assert _open_fds_on(legacy_dir.database_path) == before
+
+
+def test_a_reader_by_default_keeps_nothing_open(legacy_dir: LegacyDataDir) -> None:
+    before = _open_fds_on(legacy_dir.database_path)
+    reader = LegacyReader(legacy_dir.database_path)
+    assert reader.get_cron(legacy_dir.add_cron("short", "task s.js", "0 * * * *")) is not None
+    assert _open_fds_on(legacy_dir.database_path) == before
