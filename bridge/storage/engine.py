@@ -61,12 +61,14 @@ def _sqlite_engine(url: str, busy_timeout_ms: int) -> Engine:
 
 def _postgres_engine(url: str, statement_timeout_ms: int, search_path: str | None) -> Engine:
     # Bounded waits: a store that is down or locked raises instead of hanging the callback path.
+    # No pool_pre_ping (a round trip per transaction): SqlUnitOfWork retries, once, a transaction whose
+    # pooled connection the server had dropped; any other user sees one error after a server restart, and
+    # SQLAlchemy then recycles the whole pool.
     options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout={int(statement_timeout_ms)}"
     if search_path:
         options += f" -c search_path={search_path}"
     return create_engine(
         url,
-        pool_pre_ping=True,
         pool_size=5,
         max_overflow=5,
         pool_timeout=5,

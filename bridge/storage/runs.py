@@ -79,7 +79,13 @@ class _Prepared:
                 rows = [dict(zip(names, row)) for row in cursor.fetchall()]
             return _Result(cursor.rowcount, rows)
         except dbapi.Error as exc:
-            raise DBAPIError.instance(sql, args, exc, dbapi.Error, dialect=conn.dialect) from exc
+            # As Connection._handle_dbapi_exception does: a lost connection is invalidated (so the pool never
+            # hands it out again) and the error says so, which lets the unit of work retry on a fresh one.
+            lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
+            if lost:
+                conn.invalidate(exc)
+            raise DBAPIError.instance(sql, args, exc, dbapi.Error, dialect=conn.dialect,
+                                      connection_invalidated=lost) from exc
         finally:
             cursor.close()
 

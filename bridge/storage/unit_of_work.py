@@ -1,7 +1,8 @@
 """SqlUnitOfWork: one transaction per call, with a bounded, jittered retry while SQLite is busy.
 
-Only "database is locked" before commit is retried: the whole function runs again on a fresh
-transaction, re-reading everything, so a CAS decision is never replayed blindly. A CAS miss
+Only "database is locked" before commit, and a connection the server dropped before commit, are retried:
+the whole function runs again on a fresh transaction, re-reading everything, so a CAS decision is never
+replayed blindly. A CAS miss
 (RunVersionConflictError) is a domain answer and is never retried here.
 """
 
@@ -39,9 +40,15 @@ class SqlUnitOfWork:
 
     def _run(self, work: Callable[[SqlRunStore], T], *, read_only: bool) -> T:
         deadline = time.monotonic() + self._budget_s
+        reconnected = False
         for attempt in range(1, self._attempts + 1):
             try:
                 return self._once(work, read_only)
+            except _StaleConnection as stale:
+                if reconnected:
+                    raise translate_operational_error(stale.error) from stale.error
+                reconnected = True  # the pool dropped that connection; one fresh try, at once
+                continue
             except DBAPIError as exc:
                 if not is_sqlite_busy(exc):
                     raise translate_operational_error(exc) from exc
@@ -57,5 +64,29 @@ class SqlUnitOfWork:
         with self.engine.connect() as conn:
             if read_only:
                 conn = conn.execution_options(**{READ_ONLY: True})
-            with conn.begin():
-                return work(SqlRunStore(conn))
+            transaction = conn.begin()
+            try:
+                result = work(SqlRunStore(conn))
+            except DBAPIError as exc:
+                transaction.rollback()
+                if exc.connection_invalidated:
+                    raise _StaleConnection(exc) from exc  # lost before commit: nothing was written
+                raise
+            except BaseException:
+                transaction.rollback()
+                raise
+            # A connection lost during COMMIT leaves the outcome unknown: that error is never retried.
+            transaction.commit()
+            return result
+
+
+class _StaleConnection(Exception):
+    """The server closed a pooled connection (a restart, an idle timeout) before this transaction committed.
+
+    Retried once on a fresh connection instead of pinging every connection at checkout, which would cost
+    a round trip per transaction on the callback path (SQLAlchemy "Dealing with Disconnects", optimistic).
+    """
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error

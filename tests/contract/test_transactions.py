@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.pool import NullPool
 
 from bridge.domain.commands import TransitionRun
 from bridge.domain.errors import StorageError, StoreBusyError, StoreUnavailableError
@@ -118,4 +119,32 @@ def test_an_unreachable_store_raises_a_typed_error_without_hanging() -> None:
     with pytest.raises(StoreUnavailableError):
         service.get_run("x")
     assert time.monotonic() - started < 10
+    engine.dispose()
+
+
+POOLED_APP = "bridge-stale-connection-test"
+
+
+def _terminate_pooled_backends(url: str) -> int:
+    """What a PostgreSQL restart does to the bridge's idle pooled connections: the server closes them."""
+    killer = create_engine(url, poolclass=NullPool)
+    with killer.connect() as conn:
+        killed = conn.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND application_name = :name"), {"name": POOLED_APP}).scalar()
+    killer.dispose()
+    return int(killed or 0)
+
+
+@pytest.mark.postgres
+def test_a_connection_the_server_dropped_is_replaced_and_the_command_applies_once(
+        postgres_backend: Backend, postgres_url: str, postgres_schema: str) -> None:
+    named = make_url(postgres_url).update_query_dict({"application_name": POOLED_APP})
+    engine = make_engine(named.render_as_string(hide_password=False), pg_search_path=postgres_schema)
+    service = RunService(SqlUnitOfWork(engine), clock=SystemClock())
+    run = create(service)  # leaves one idle connection in the pool
+    assert _terminate_pooled_backends(postgres_url) == 1
+    result = service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+    assert result.run.status is RunStatus.QUEUED
+    assert sequences(service, run.id) == [1, 2]
     engine.dispose()
