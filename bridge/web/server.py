@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from gunicorn.app.base import BaseApplication
 
 from bridge.config import Settings
+from bridge.malloc_arenas import limit_malloc_arenas
 from bridge.web.app import create_app
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ class BridgeServer(BaseApplication):  # type: ignore[misc]
         self.cfg.set("worker_exit", self._worker_exit)
 
     def load(self) -> Flask:
-        # Called inside the worker (preload_app is off), so the Container is per process.
+        # Called inside the worker (preload_app is off), so the Container is per process; before any of its
+        # threads exist, so the arena cap holds for all of them.
+        limit_malloc_arenas()
         self._container = self._factory(self._settings)
         return create_app(self._container)
 
