@@ -63,6 +63,7 @@ class PreparedCallback:
     received_at_ms: int
     crons_before: dict[int, LegacyCron | None] = field(default_factory=dict)
     shell_handle: str | None = None
+    unreadable: frozenset[int] = frozenset()  # ids whose Crontabs row could not be read (2.x held its lock)
 
 
 Prepared: TypeAlias = PreparedCallback | PreparedStop | LocalAnswer
@@ -107,8 +108,16 @@ class ShadowInterceptor:
             return self._answer_if_bridge_owned(path, prepared, headers) or prepared
         # The shell is alive now (it waits for this answer): the one moment its identity can be taken.
         handle = self._probe.handle_for_shell(callback.pid)
-        before = {cron_id: self._read_cron(cron_id) for cron_id in ids}
-        prepared = PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None)
+        before, unreadable = {}, set()
+        for cron_id in ids:
+            try:
+                before[cron_id] = self._reader.get_cron(cron_id)
+            except (BridgeError, sqlite3.Error) as exc:
+                before[cron_id] = None
+                unreadable.add(cron_id)
+                log.warning("could not read 2.x's Crontabs row: %s", getattr(exc, "code", type(exc).__name__))
+        prepared = PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None,
+                                    frozenset(unreadable))
         return self._answer_if_primary(path, prepared, headers) or prepared
 
     # -- primary mode: the bridge answers ----------------------------------------------------------
@@ -192,6 +201,10 @@ class ShadowInterceptor:
         facts = _facts(callback, cron_id, prepared.received_at_ms)
         if callback.is_start:
             cron = prepared.crons_before.get(cron_id)
+            if cron_id in prepared.unreadable:
+                # Its origin evidence is gone (2.x has overwritten the row since): the end back-fills the Run.
+                self._metrics.shadow_write_failed(None, "legacy_unreadable")
+                return None
             if cron is None:  # 2.x does not know this id: it changed nothing, neither do we
                 self._metrics.callback_unmatched(None, "unmatched")
                 return None

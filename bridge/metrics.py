@@ -18,7 +18,8 @@ _ORIGINS = frozenset(o.value for o in Origin) | {"unknown"}
 _EVENT_TYPES = frozenset(t.value for t in EventType)
 _RESULTS = frozenset({"ok", "conflict", "invalid", "error", "recorded", "duplicate", "parked", "applied",
                       "retried", "failed", "skipped", "locked"})
-_ERRORS = frozenset({"timeout", "overload", "store_busy", "store_unavailable", "conflict", "invalid", "internal"})
+_ERRORS = frozenset({"timeout", "overload", "store_busy", "store_unavailable", "conflict", "invalid", "internal",
+                     "legacy_unreadable"})
 _COMMANDS = frozenset({"create_run", "transition_run", "create_attempt", "transition_attempt", "request_cancel",
                        "shadow_start", "shadow_end", "shadow_cancel", "reconcile"})
 _PROJECTIONS = frozenset({"crontab_status", "crontab_pid", "running_instance", "crontab_times"})

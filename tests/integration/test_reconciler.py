@@ -328,3 +328,44 @@ def test_projection_drift_of_a_primary_run_is_found_and_resolved_once_projected(
     projector.run_once()
     assert world.data.cron_row(c)["status"] == 0  # type: ignore[index]
     assert world.reconcile() == []
+
+
+def test_a_start_whose_crontabs_row_2x_kept_locked_is_counted_as_such_and_back_filled_by_its_end(
+        world: World) -> None:
+    metrics = BridgeMetrics()
+    interceptor = ShadowInterceptor(ShadowRecorder(world.runs), LegacyReader(world.data.database_path),
+                                    StaticModes(frozenset(ALL_ORIGINS.split(","))), metrics, SystemClock(),
+                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"))
+    c = cron(world)
+    blocker = sqlite3.connect(world.data.database_path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # 2.x in the middle of a long write when the start arrives
+    try:
+        prepared = interceptor.before_forward("/open/crons/status", start(c, 31, "u.log"))
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    interceptor.after_forward(prepared, world.direct(start(c, 31, "u.log")))
+
+    def failed(error: str) -> float:
+        return metrics.registry.get_sample_value("shadow_write_failed_total",
+                                                 {"origin": "other", "error": error}) or 0.0
+
+    assert failed("legacy_unreadable") == 1.0
+    assert (metrics.registry.get_sample_value("shadow_callback_unmatched_total",
+                                              {"origin": "other", "kind": "unmatched"}) or 0.0) == 0.0
+    assert status_of_key(world, c, 31, "u.log") is None  # nothing guessed at the start
+
+    prepared = interceptor.before_forward("/open/crons/status", end(c, 31, "u.log"))
+    interceptor.after_forward(prepared, world.direct(end(c, 31, "u.log")))
+    interceptor.close()
+    assert status_of_key(world, c, 31, "u.log") == ("succeeded", True)  # back-filled, marked synthesized
+    assert world.reconcile() == []
+
+
+def status_of_key(world: World, c: int, pid: int, log: str) -> tuple[str, bool] | None:
+    found = world.store.runs_by_keys([f"legacy:{c}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}"])
+    if not found:
+        return None
+    (row,) = found.values()
+    run = world.runs.get_run(row["id"])
+    return run.status.value, run.synthesized
