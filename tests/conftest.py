@@ -47,6 +47,9 @@ class Backend:
     url: str | None = None
     supports_failure_injection: bool = True
     has_file_lock: bool = False
+    explain: str = "EXPLAIN "  # prefix that makes the store print a statement's plan
+    # Run first in the same transaction: a test's few rows would otherwise make a sequential scan cheapest.
+    explain_setup: tuple[str, ...] = ("SET LOCAL enable_seqscan = off",)
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +67,8 @@ def sqlite_backend(tmp_path: Path, sqlite_template: Path) -> Iterator[Backend]:
     shutil.copy(sqlite_template, path)
     url = f"sqlite:///{path}"
     engine = make_engine(url)
-    yield Backend("sqlite", engine, SqlUnitOfWork(engine), url=url, has_file_lock=True)
+    yield Backend("sqlite", engine, SqlUnitOfWork(engine), url=url, has_file_lock=True,
+                  explain="EXPLAIN QUERY PLAN ", explain_setup=())
     assert engine.pool.checkedout() == 0, "a connection was left checked out"
     engine.dispose()
 

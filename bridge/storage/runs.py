@@ -1,17 +1,20 @@
 """SqlRunStore: the RunStore contract over SQLAlchemy Core, the same code for SQLite and PostgreSQL.
 
-Every statement is one round trip; a ChangeSet costs one Run write, one write per touched Attempt and
-one multi-row event insert.
+A ChangeSet costs one Run write, one write per touched Attempt and one multi-row event insert; on
+PostgreSQL they travel together in one round trip (pipeline mode), on SQLite there is no round trip.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, fields
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Executable, and_, bindparam, exists, func, insert, select, update
+import psycopg
+from sqlalchemy import Connection, Dialect, Executable, and_, bindparam, exists, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -19,10 +22,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from bridge.domain.aggregate import AttemptWrite, ChangeSet
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import ActorType, EventType, RunEvent
-from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL, AttemptStatus, Run, RunAttempt, RunStatus
+from bridge.domain.model import RUN_TERMINAL, AttemptStatus, Run, RunAttempt, RunStatus
 from bridge.service.ports import ActiveCandidate, MismatchRecord, TaskSnapshot
 from bridge.storage.errors import translate_integrity_error
 from bridge.storage.schema import (
+    ACTIVE_STATUS_SQL,
     mismatches_table,
     projection_outbox_table,
     run_attempts_table,
@@ -34,7 +38,6 @@ from bridge.storage.schema import (
 _RUN_FIELDS = tuple(f.name for f in fields(Run))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
 _TERMINAL_VALUES = tuple(s.value for s in RUN_TERMINAL)
-_ACTIVE_VALUES = tuple(s.value for s in RUN_ACTIVE)
 
 # The hot-path statements are Core statements built once and compiled once per dialect, then run on
 # the connection's DB-API cursor inside the transaction SQLAlchemy manages. Rebuilding, re-compiling and
@@ -66,28 +69,13 @@ class _Prepared:
         self._compiled: dict[str, tuple[str, tuple[str, ...] | None, Params]] = {}
 
     def execute(self, conn: Connection, params: Params | list[Params]) -> _Result:
-        sql, order, defaults = self._for(conn.dialect)
-        many = isinstance(params, list)
-        args = [self._args(p, order, defaults) for p in params] if many else self._args(params, order, defaults)
-        dbapi = conn.dialect.loaded_dbapi
-        cursor = conn.connection.cursor()
-        try:
-            (cursor.executemany if many else cursor.execute)(sql, args)
-            rows = []
-            if cursor.description is not None:
-                names = [d[0] for d in cursor.description]
-                rows = [dict(zip(names, row)) for row in cursor.fetchall()]
-            return _Result(cursor.rowcount, rows)
-        except dbapi.Error as exc:
-            # As Connection._handle_dbapi_exception does: a lost connection is invalidated (so the pool never
-            # hands it out again) and the error says so, which lets the unit of work retry on a fresh one.
-            lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
-            if lost:
-                conn.invalidate(exc)
-            raise DBAPIError.instance(sql, args, exc, dbapi.Error, dialect=conn.dialect,
-                                      connection_invalidated=lost) from exc
-        finally:
-            cursor.close()
+        return _execute_all(conn, [(self, params)])[0]
+
+    def bind(self, dialect: Dialect, params: Params | list[Params]) -> tuple[str, Any]:
+        sql, order, defaults = self._for(dialect)
+        if isinstance(params, list):
+            return sql, [self._args(p, order, defaults) for p in params]
+        return sql, self._args(params, order, defaults)
 
     @staticmethod
     def _args(params: Params, order: tuple[str, ...] | None, defaults: Params) -> Any:
@@ -104,6 +92,63 @@ class _Prepared:
                         if not bind.required and bind.value is not None}
             found = self._compiled[dialect.name] = (str(compiled), order, defaults)
         return found
+
+
+def _execute_all(conn: Connection, statements: list[tuple[_Prepared, Params | list[Params]]]) -> list[_Result]:
+    """Run the statements in order and return their results; on PostgreSQL in one round trip where it can.
+
+    Every statement sent to PostgreSQL costs a round trip, and psycopg adds one more for the BEGIN that opens
+    the transaction. In pipeline mode (psycopg, libpq 14+) the statements, and a pending BEGIN, go out
+    together and the first error aborts the rest, which then raises here; results are read after the sync,
+    so a compare-and-set still sees its own row count before anything commits.
+    """
+    dbapi = conn.dialect.loaded_dbapi
+    raw = conn.connection.dbapi_connection
+    batched = _pipeline_for(raw, several=len(statements) > 1)
+    cursors: list[Any] = []
+    sql, args = "", None
+    try:
+        with batched:
+            for prepared, params in statements:
+                sql, args = prepared.bind(conn.dialect, params)
+                cursor = conn.connection.cursor()
+                cursors.append(cursor)
+                (cursor.executemany if isinstance(params, list) else cursor.execute)(sql, args)
+        return [_collect(cursor) for cursor in cursors]
+    except dbapi.Error as exc:
+        # As Connection._handle_dbapi_exception does: a lost connection is invalidated (so the pool never
+        # hands it out again) and the error says so, which lets the unit of work retry on a fresh one.
+        lost = conn.dialect.is_disconnect(exc, raw, cursors[-1] if cursors else None)
+        if lost:
+            conn.invalidate(exc)
+        raise DBAPIError.instance(sql, args, exc, dbapi.Error, dialect=conn.dialect,
+                                  connection_invalidated=lost) from exc
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def _collect(cursor: Any) -> _Result:
+    rows = []
+    if cursor.description is not None:
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+    return _Result(cursor.rowcount, rows)
+
+
+def _pipeline_for(raw: Any, *, several: bool) -> AbstractContextManager[Any]:
+    """psycopg's pipeline when it saves a round trip: several statements, or one that opens the transaction."""
+    pipeline = getattr(raw, "pipeline", None)
+    if pipeline is None or not _pipeline_supported():
+        return nullcontext()  # SQLite, or a libpq without pipeline mode
+    if several or raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return pipeline()
+    return nullcontext()
+
+
+@cache
+def _pipeline_supported() -> bool:
+    return psycopg.Pipeline.is_supported()
 
 
 _SELECT_RUN = _Prepared(select(_r).where(_r.c.id == bindparam("b_id")))
@@ -125,17 +170,16 @@ _LIST_EVENTS = _Prepared(select(_e).where(_e.c.run_id == bindparam("b_run_id"), 
                          .order_by(_e.c.sequence).limit(bindparam("b_limit")))
 
 
-# A cron's open Runs, newest first, each with its latest Attempt, in one statement. The active statuses are
-# named (not "not terminal") so the (legacy_cron_id, status, created_at_ms) index seeks straight to the open
-# Runs instead of walking the cron's whole history; one bind per status keeps the statement precompiled.
+# A cron's open Runs, newest first, each with its latest Attempt, in one statement. The predicate on status
+# is the partial index's own text (schema.ACTIVE_STATUS_SQL), so both planners read only the cron's open
+# Runs from ix_runs_active_by_cron instead of walking its history.
 _a_latest = _a.alias("latest")
 _LATEST_ATTEMPT_NO = (select(func.max(_a_latest.c.attempt)).where(_a_latest.c.run_id == _r.c.id)
                       .correlate(_r).scalar_subquery())
 _ACTIVE_CANDIDATES = _Prepared(
     select(_r, *[_a.c[name].label(f"a__{name}") for name in _ATTEMPT_FIELDS])
     .select_from(_r.outerjoin(_a, and_(_a.c.run_id == _r.c.id, _a.c.attempt == _LATEST_ATTEMPT_NO)))
-    .where(_r.c.legacy_cron_id == bindparam("b_cron"),
-           _r.c.status.in_([bindparam(f"b_active_{i}", value) for i, value in enumerate(_ACTIVE_VALUES)]))
+    .where(_r.c.legacy_cron_id == bindparam("b_cron"), text(f"runs.{ACTIVE_STATUS_SQL}"))
     .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(bindparam("b_limit")))
 # ON CONFLICT DO NOTHING: concurrent first runs of one revision must not fail each other.
 _INSERT_SNAPSHOT_PG = _Prepared(postgresql_insert(task_snapshots_table).on_conflict_do_nothing(
@@ -222,43 +266,48 @@ class SqlRunStore:
         return bool(row and next(iter(row.values())))
 
     def apply(self, change: ChangeSet) -> None:
+        """The Run, its touched Attempts and the events, sent together; the CAS counts are checked after."""
         run = change.run
+        statements = [self._run_write(run, change.expected_version)]
+        statements += [self._attempt_write(write) for write in change.attempt_writes]
+        if change.events:
+            statements.append((_INSERT_EVENT, [_event_values(e) for e in change.events]))
         try:
-            self._write_run(run, change.expected_version)
-            for write in change.attempt_writes:
-                self._write_attempt(write)
-            if change.events:
-                _INSERT_EVENT.execute(self._conn, [_event_values(e) for e in change.events])
+            results = _execute_all(self._conn, statements)
         except IntegrityError as exc:
             dedupe = next((e.dedupe_key for e in change.events if e.dedupe_key), None)
             raise translate_integrity_error(
                 exc, run_id=run.id, dedupe_key=dedupe, project_id=run.project_id,
                 idempotency_key=run.idempotency_key if change.expected_version is None else None,
                 expected_version=change.expected_version) from exc
+        # Any miss rolls the whole transaction back, events included (the unit of work owns it).
+        if change.expected_version is not None and results[0].rowcount != 1:
+            raise RunVersionConflictError(run.id, change.expected_version, None)
+        for write, result in zip(change.attempt_writes, results[1:]):
+            if not write.is_insert and result.rowcount != 1:
+                assert write.expected_status is not None
+                expected = f"{write.expected_status.value}#{write.expected_callback_sequence}"
+                raise AttemptConflictError(write.attempt.id, expected, "changed concurrently")
 
-    def _write_run(self, run: Run, expected_version: int | None) -> None:
+    @staticmethod
+    def _run_write(run: Run, expected_version: int | None) -> tuple[_Prepared, Params]:
         values = _run_values(run)
         if expected_version is None:
-            _INSERT_RUN.execute(self._conn, values)
-            return
+            return _INSERT_RUN, values
         del values["id"]
         values.update(b_id=run.id, b_version=expected_version)
-        if _UPDATE_RUN.execute(self._conn, values).rowcount != 1:
-            raise RunVersionConflictError(run.id, expected_version, None)
+        return _UPDATE_RUN, values
 
-    def _write_attempt(self, write: AttemptWrite) -> None:
-        attempt = write.attempt
-        values = _attempt_values(attempt)
+    @staticmethod
+    def _attempt_write(write: AttemptWrite) -> tuple[_Prepared, Params]:
+        values = _attempt_values(write.attempt)
         if write.is_insert:
-            _INSERT_ATTEMPT.execute(self._conn, values)
-            return
+            return _INSERT_ATTEMPT, values
         assert write.expected_status is not None
         del values["id"]
-        values.update(b_id=attempt.id, b_status=write.expected_status.value,
+        values.update(b_id=write.attempt.id, b_status=write.expected_status.value,
                       b_sequence=write.expected_callback_sequence)
-        if _UPDATE_ATTEMPT.execute(self._conn, values).rowcount != 1:
-            raise AttemptConflictError(attempt.id, f"{write.expected_status.value}#{write.expected_callback_sequence}",
-                                       "changed concurrently")
+        return _UPDATE_ATTEMPT, values
 
     def list_events(self, run_id: str, after_sequence: int, limit: int) -> list[RunEvent]:
         params = {"b_run_id": run_id, "b_after": after_sequence, "b_limit": limit}

@@ -19,10 +19,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects import sqlite
 
-from bridge.domain.model import AttemptStatus, RunStatus
+from bridge.domain.model import RUN_ACTIVE, AttemptStatus, RunStatus
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_N_label)s",
@@ -36,6 +37,13 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 # A portable auto-increment key: INTEGER PRIMARY KEY is the rowid alias on SQLite.
 AutoId = BigInteger().with_variant(sqlite.INTEGER(), "sqlite")
 Ms = BigInteger  # UTC milliseconds or a duration in milliseconds; never seconds
+
+
+# The open statuses in one fixed order, written out as literals: a partial index is used only when the
+# query's predicate reads exactly like the index's, on SQLite and on PostgreSQL alike (with binds, or in
+# another order, neither planner can prove the query stays inside the index).
+ACTIVE_RUN_STATUSES = tuple(sorted(s.value for s in RUN_ACTIVE))
+ACTIVE_STATUS_SQL = "status IN ({})".format(", ".join(f"'{v}'" for v in ACTIVE_RUN_STATUSES))
 
 
 def _status_check(name: str, values: list[str]) -> CheckConstraint:
@@ -92,6 +100,9 @@ runs_table = Table(
     Index("ix_runs_created_id", "created_at_ms", "id"),
     Index("ix_runs_origin_created", "origin", "created_at_ms"),
     Index("ix_runs_cron_pid_log", "legacy_cron_id", "legacy_pid", "log_ref"),
+    # A cron's open Runs for callback correlation: holds only open Runs, so a lookup never walks history.
+    Index("ix_runs_active_by_cron", "legacy_cron_id", "created_at_ms",
+          sqlite_where=text(ACTIVE_STATUS_SQL), postgresql_where=text(ACTIVE_STATUS_SQL)),
     Index("ux_runs_project_id_idempotency_key", "project_id", "idempotency_key", unique=True,
           sqlite_where=Column("idempotency_key").isnot(None),
           postgresql_where=Column("idempotency_key").isnot(None)),

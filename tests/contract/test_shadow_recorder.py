@@ -14,6 +14,7 @@ from bridge.service.clock import SystemClock
 from bridge.service.ports import TaskSnapshot
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
+from bridge.storage.runs import _ACTIVE_CANDIDATES, _Prepared
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR
 
@@ -183,3 +184,27 @@ def test_a_duplicate_start_does_not_count_its_revision_as_stored(sql_backend: Ba
     assert recorder.record_start(facts(pid=1), duplicate).outcome is Outcome.DUPLICATE
     assert recorder.record_start(facts(pid=2), duplicate).outcome is Outcome.STARTED
     assert _stored_snapshots(sql_backend.engine) == {CTX.task_revision: "task a.js"}
+
+
+def test_correlation_reads_a_crons_open_runs_from_the_partial_index(sql_backend: Backend) -> None:
+    """A cron's history grows forever; the candidates query must stay on the index of open Runs."""
+    service = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+    recorder = ShadowRecorder(service)
+    for pid in range(2000, 2120):  # a long history of closed runs, and one open run
+        recorder.record_start(facts(pid), CTX)
+        recorder.record_end(end(pid), lambda: CTX)
+    recorder.record_start(facts(4242), CTX)
+    assert sql_backend.engine is not None
+    sql, order, defaults = _ACTIVE_CANDIDATES._for(sql_backend.engine.dialect)  # the statement as it runs
+    with sql_backend.engine.connect() as conn:
+        conn.execute(text("ANALYZE"))  # both planners decide on statistics, as they do after a while in use
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        cursor = raw.cursor()
+        for statement in sql_backend.explain_setup:
+            cursor.execute(statement)
+        cursor.execute(sql_backend.explain + sql, _Prepared._args({"b_cron": 1, "b_limit": 64}, order, defaults))
+        plan = " ".join(str(row) for row in cursor.fetchall())
+        conn.rollback()
+    assert "ix_runs_active_by_cron" in plan, plan
+    assert recorder.owner_of_end(end(4242)) == "legacy"  # and the one open run is what it finds

@@ -5,15 +5,19 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
+from bridge.domain.aggregate import AttemptWrite, ChangeSet
 from bridge.domain.commands import TransitionRun
-from bridge.domain.errors import StorageError, StoreBusyError, StoreUnavailableError
+from bridge.domain.errors import AttemptConflictError, StorageError, StoreBusyError, StoreUnavailableError
+from bridge.domain.events import ActorType, EventType, RunEvent
 from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
@@ -63,6 +67,31 @@ def test_a_failing_event_insert_rolls_back_the_run_and_attempt_changes(sql_backe
     events_before = sequences(sql_service, run.id)
     with failing(sql_backend, "run_events", "INSERT"), pytest.raises(StorageError):
         attempt_to(sql_service, run, attempt, AttemptStatus.SUCCEEDED, run_to=RunStatus.SUCCEEDED, exit_code=0)
+    assert sql_service.get_run(run.id) == run
+    assert sql_service.get_attempts(run.id) == [attempt]
+    assert sequences(sql_service, run.id) == events_before
+
+
+# The Run, Attempt and event writes of one change travel together (one round trip on PostgreSQL); an
+# Attempt compare-and-set that misses after the Run's hit must still leave nothing of the change behind.
+def test_an_attempt_compare_and_set_miss_discards_the_run_write_and_the_events(sql_backend: Backend,
+                                                                                sql_service: RunService) -> None:
+    run, attempt = running(sql_service)
+    events_before = sequences(sql_service, run.id)
+    sequence = run.event_sequence + 1
+    change = ChangeSet(
+        run=replace(run, status=RunStatus.SUCCEEDED, version=run.version + 1, event_sequence=sequence),
+        expected_version=run.version,
+        attempt_writes=(AttemptWrite(replace(attempt, status=AttemptStatus.SUCCEEDED,
+                                             callback_sequence=attempt.callback_sequence + 1),
+                                     expected_status=AttemptStatus.STARTING,  # stale: it is running
+                                     expected_callback_sequence=attempt.callback_sequence),),
+        events=(RunEvent(id=str(uuid.uuid4()), run_id=run.id, sequence=sequence, type=EventType.RUN_SUCCEEDED,
+                         actor_type=ActorType.SYSTEM, created_at_ms=run.created_at_ms),),
+    )
+    assert sql_backend.engine is not None
+    with pytest.raises(AttemptConflictError):
+        SqlUnitOfWork(sql_backend.engine).write(lambda store: store.apply(change))
     assert sql_service.get_run(run.id) == run
     assert sql_service.get_attempts(run.id) == [attempt]
     assert sequences(sql_service, run.id) == events_before
