@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, fields
 from functools import cache
 from typing import Any
 
-import psycopg
 from sqlalchemy import Connection, Dialect, Executable, and_, bindparam, exists, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -141,14 +140,25 @@ def _pipeline_for(raw: Any, *, several: bool) -> AbstractContextManager[Any]:
     pipeline = getattr(raw, "pipeline", None)
     if pipeline is None or not _pipeline_supported():
         return nullcontext()  # SQLite, or a libpq without pipeline mode
-    if several or raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+    if several or raw.info.transaction_status == _idle_status():
         return pipeline()
     return nullcontext()
 
 
+# psycopg is imported only once a PostgreSQL connection exists: on the SQLite default, loading it and
+# libpq would cost the worker several MiB for nothing.
 @cache
 def _pipeline_supported() -> bool:
+    import psycopg
+
     return psycopg.Pipeline.is_supported()
+
+
+@cache
+def _idle_status() -> Any:
+    from psycopg.pq import TransactionStatus
+
+    return TransactionStatus.IDLE
 
 
 _SELECT_RUN = _Prepared(select(_r).where(_r.c.id == bindparam("b_id")))
