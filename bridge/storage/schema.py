@@ -42,13 +42,15 @@ Ms = BigInteger  # UTC milliseconds or a duration in milliseconds; never seconds
 # The open statuses in one fixed order, written out as literals: a partial index is used only when the
 # query's predicate reads exactly like the index's, on SQLite and on PostgreSQL alike (with binds, or in
 # another order, neither planner can prove the query stays inside the index).
-ACTIVE_RUN_STATUSES = tuple(sorted(s.value for s in RUN_ACTIVE))
-ACTIVE_STATUS_SQL = "status IN ({})".format(", ".join(f"'{v}'" for v in ACTIVE_RUN_STATUSES))
+def _status_in(values: list[str]) -> str:
+    return "status IN ({})".format(", ".join(f"'{v}'" for v in values))
+
+
+ACTIVE_STATUS_SQL = _status_in(sorted(s.value for s in RUN_ACTIVE))
 
 
 def _status_check(name: str, values: list[str]) -> CheckConstraint:
-    quoted = ", ".join(f"'{v}'" for v in values)
-    return CheckConstraint(f"status IN ({quoted})", name=name)
+    return CheckConstraint(_status_in(values), name=name)
 
 
 runs_table = Table(
