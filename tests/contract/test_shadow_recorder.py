@@ -14,7 +14,7 @@ from bridge.service.clock import SystemClock
 from bridge.service.ports import TaskSnapshot
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
-from bridge.storage.runs import _ACTIVE_CANDIDATES, _Prepared
+from bridge.storage.runs import _ACTIVE_CANDIDATES
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR
 
@@ -195,7 +195,7 @@ def test_correlation_reads_a_crons_open_runs_from_the_partial_index(sql_backend:
         recorder.record_end(end(pid), lambda: CTX)
     recorder.record_start(facts(4242), CTX)
     assert sql_backend.engine is not None
-    sql, order, defaults = _ACTIVE_CANDIDATES._for(sql_backend.engine.dialect)  # the statement as it runs
+    sql, args = _ACTIVE_CANDIDATES.bind(sql_backend.engine.dialect, {"b_cron": 1, "b_limit": 64})  # as it runs
     with sql_backend.engine.connect() as conn:
         conn.execute(text("ANALYZE"))  # both planners decide on statistics, as they do after a while in use
         raw = conn.connection.dbapi_connection
@@ -203,7 +203,7 @@ def test_correlation_reads_a_crons_open_runs_from_the_partial_index(sql_backend:
         cursor = raw.cursor()
         for statement in sql_backend.explain_setup:
             cursor.execute(statement)
-        cursor.execute(sql_backend.explain + sql, _Prepared._args({"b_cron": 1, "b_limit": 64}, order, defaults))
+        cursor.execute(sql_backend.explain + sql, args)
         plan = " ".join(str(row) for row in cursor.fetchall())
         conn.rollback()
     assert "ix_runs_active_by_cron" in plan, plan
