@@ -66,6 +66,10 @@ class _Prepared:
         self._stmt = stmt
         self._keys = column_keys
         self._compiled: dict[str, tuple[str, tuple[str, ...] | None, Params]] = {}
+        # Result column names per dialect, taken from the first result: a statement's shape never changes,
+        # and psycopg builds a description object per column each time it is asked (a 64-column read
+        # spent more time there than in the query).
+        self._names: dict[str, list[str] | None] = {}
 
     def execute(self, conn: Connection, params: Params | list[Params]) -> _Result:
         return _execute_all(conn, [(self, params)])[0]
@@ -81,6 +85,16 @@ class _Prepared:
         if defaults:  # binds the statement fills itself, e.g. SQLite's OFFSET 0 after a LIMIT
             params = {**defaults, **params}
         return params if order is None else tuple(params[k] for k in order)
+
+    def collect(self, dialect: Dialect, cursor: Any) -> _Result:
+        """The cursor's row count and rows (as dicts by column name) after this statement ran."""
+        if dialect.name in self._names:
+            names = self._names[dialect.name]
+        else:
+            description = cursor.description
+            names = self._names[dialect.name] = [d[0] for d in description] if description is not None else None
+        rows = [dict(zip(names, row)) for row in cursor.fetchall()] if names is not None else []
+        return _Result(cursor.rowcount, rows)
 
     def _for(self, dialect: Dialect) -> tuple[str, tuple[str, ...] | None, Params]:
         found = self._compiled.get(dialect.name)
@@ -113,7 +127,7 @@ def _execute_all(conn: Connection, statements: list[tuple[_Prepared, Params | li
                 cursor = conn.connection.cursor()
                 cursors.append(cursor)
                 (cursor.executemany if isinstance(params, list) else cursor.execute)(sql, args)
-        return [_collect(cursor) for cursor in cursors]
+        return [prepared.collect(conn.dialect, cursor) for (prepared, _), cursor in zip(statements, cursors)]
     except dbapi.Error as exc:
         # As Connection._handle_dbapi_exception does: a lost connection is invalidated (so the pool never
         # hands it out again) and the error says so, which lets the unit of work retry on a fresh one.
@@ -125,14 +139,6 @@ def _execute_all(conn: Connection, statements: list[tuple[_Prepared, Params | li
     finally:
         for cursor in cursors:
             cursor.close()
-
-
-def _collect(cursor: Any) -> _Result:
-    rows = []
-    if cursor.description is not None:
-        names = [d[0] for d in cursor.description]
-        rows = [dict(zip(names, row)) for row in cursor.fetchall()]
-    return _Result(cursor.rowcount, rows)
 
 
 def _pipeline_for(raw: Any, *, several: bool) -> AbstractContextManager[Any]:
