@@ -106,14 +106,23 @@ class ShadowRecorder:
         revision_stored = context.task_revision in self._stored_revisions
         ctx = replace(context, snapshot=None) if revision_stored else context
 
+        def open_new(tx: RunTransaction) -> ShadowResult:
+            run = _open_run(tx, facts, ctx, synthesized=False)
+            return ShadowResult(Outcome.STARTED, run.id, ctx.origin)
+
         def work(tx: RunTransaction) -> ShadowResult:
             existing = tx.store.get_run_by_idempotency_key(PROJECT_ID, facts.execution_key)
             if existing is not None:
                 return _late_or_duplicate(tx, existing, f"late-start:{facts.execution_key}", "start")
-            run = _open_run(tx, facts, ctx, synthesized=False)
-            return ShadowResult(Outcome.STARTED, run.id, ctx.origin)
+            return open_new(tx)
 
-        result = self._once(work, facts)
+        # Almost every start is new: insert at once and let the idempotency key's unique index catch a
+        # repeat, which then takes the reading path. That saves the happy path a read (a round trip on
+        # PostgreSQL); the failed insert rolled back whole, so the repeat sees the store as it was.
+        try:
+            result = self._runs.transaction(open_new)
+        except IdempotencyKeyTakenError:
+            result = self._once(work, facts)
         if result.outcome is Outcome.STARTED and ctx.snapshot is not None:
             if len(self._stored_revisions) >= STORED_REVISIONS_KEPT:
                 self._stored_revisions.clear()
