@@ -151,4 +151,5 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
     return ShadowInterceptor(
         ShadowRecorder(store.runs), reader or _legacy_reader(settings), modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
-        auth=LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit)
+        auth=LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit,
+        read_ahead=store.engine.dialect.name == "postgresql")

@@ -3,7 +3,9 @@
 Shadow (fail-open): before forwarding it parses the body with 2.x's own rules and, for a start callback,
 reads the cron's Crontabs row (2.x overwrites it on receipt, and it is the evidence of a panel run). After
 2.x answered 2xx it hands the write to a per-cron lane and waits at most the shadow budget: an overrun or
-failure is counted and logged, and 2.x's answer goes back unchanged either way. Primary (fail-closed):
+failure is counted and logged, and 2.x's answer goes back unchanged either way. On PostgreSQL an end's
+open Runs are read in the lane while 2.x answers (a read-only transaction that ends before the write
+begins), so only the write waits for the 2xx. Primary (fail-closed):
 for an execution the bridge owns it returns a LocalAnswer instead, and nothing is forwarded. Logs carry
 error codes only — never bodies, tokens, commands or paths.
 """
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 from zoneinfo import ZoneInfo
 
@@ -27,7 +29,7 @@ from bridge.domain.model import Mode, Owner
 from bridge.metrics import BridgeMetrics
 from bridge.primary import PrimaryAnswerer
 from bridge.process_identity import ProcProbe
-from bridge.service.ports import Clock, ModeSource, TaskSnapshot
+from bridge.service.ports import ActiveCandidate, Clock, ModeSource, TaskSnapshot
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder, ShadowResult
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
@@ -64,6 +66,7 @@ class PreparedCallback:
     crons_before: dict[int, LegacyCron | None] = field(default_factory=dict)
     shell_handle: str | None = None
     unreadable: frozenset[int] = frozenset()  # ids whose Crontabs row could not be read (2.x held its lock)
+    read_ahead: Future[list[ActiveCandidate]] | None = None  # an end's open Runs, read during the forward
 
 
 Prepared: TypeAlias = PreparedCallback | PreparedStop | LocalAnswer
@@ -73,7 +76,7 @@ class ShadowInterceptor:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, modes: ModeSource, metrics: BridgeMetrics,
                  clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4,
                  probe: ProcProbe | None = None, auth: LegacyTokenAuthority | None = None,
-                 on_primary_commit: Callable[[], None] = lambda: None) -> None:
+                 on_primary_commit: Callable[[], None] = lambda: None, read_ahead: bool = False) -> None:
         self._recorder = recorder
         self._reader = reader
         self._modes = modes
@@ -87,6 +90,9 @@ class ShadowInterceptor:
         # One single-thread lane per cron bucket keeps each cron's callbacks in arrival order.
         self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"shadow-{i}") for i in range(lanes)]
         self._pending = threading.BoundedSemaphore(256)
+        # Where every read is a round trip (PostgreSQL), an end's open Runs are read while 2.x answers, so
+        # only the write is left once it has: the write still goes only after a 2xx, in its own transaction.
+        self._read_ahead = read_ahead
 
     def before_forward(self, path: str, body: bytes, headers: Mapping[str, str] | None = None) -> Prepared | None:
         if not self._modes.any_enabled() and not (self._primary and self._primary.owns_active_runs()):
@@ -105,7 +111,7 @@ class ShadowInterceptor:
         ids = tuple(int(i) for i in callback.ids[:MAX_IDS] if float(i).is_integer() and i > 0)
         if not callback.is_start:
             prepared = PreparedCallback(callback, ids, received)
-            return self._answer_if_bridge_owned(path, prepared, headers) or prepared
+            return self._answer_if_bridge_owned(path, prepared, headers) or self._with_read_ahead(prepared)
         # The shell is alive now (it waits for this answer): the one moment its identity can be taken.
         handle = self._probe.handle_for_shell(callback.pid)
         before, unreadable = {}, set()
@@ -119,6 +125,18 @@ class ShadowInterceptor:
         prepared = PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None,
                                     frozenset(unreadable))
         return self._answer_if_primary(path, prepared, headers) or prepared
+
+    def _with_read_ahead(self, prepared: PreparedCallback) -> PreparedCallback:
+        """Queue the read on the cron's lane, ahead of the write that may follow it in the same lane."""
+        if not self._read_ahead or len(prepared.cron_ids) != 1 or not self._pending.acquire(blocking=False):
+            return prepared
+        cron_id = prepared.cron_ids[0]
+        future = self._lane(cron_id).submit(self._recorder.read_ahead_end, cron_id)
+        future.add_done_callback(lambda _f: self._pending.release())
+        return replace(prepared, read_ahead=future)
+
+    def _lane(self, cron_id: int) -> ThreadPoolExecutor:
+        return self._lanes[cron_id % len(self._lanes)]
 
     # -- primary mode: the bridge answers ----------------------------------------------------------
 
@@ -159,8 +177,7 @@ class ShadowInterceptor:
         if not self._pending.acquire(blocking=False):
             self._metrics.shadow_write_failed(None, "overload")
             return
-        lane = self._lanes[prepared.cron_ids[0] % len(self._lanes)]
-        future: Future[None] = lane.submit(self._record, prepared)
+        future: Future[None] = self._lane(prepared.cron_ids[0]).submit(self._record, prepared)
         future.add_done_callback(lambda _f: self._pending.release())
         try:
             future.result(timeout=self._budget_s)
@@ -214,7 +231,8 @@ class ShadowInterceptor:
             context = self._context(cron, decision, prepared.shell_handle)
             self._metrics.callback_seen("start", self._modes.mode_for(decision.origin).value)
             return self._recorder.record_start(facts, context) if context else None
-        return self._recorder.record_end(facts, lambda: self._context_for_finish_only(cron_id, callback))
+        return self._recorder.record_end(facts, lambda: self._context_for_finish_only(cron_id, callback),
+                                         _read_ahead_result(prepared.read_ahead))
 
     def _context_for_finish_only(self, cron_id: int, callback: StatusCallback) -> ExecutionContext | None:
         cron = self._read_cron(cron_id)
@@ -252,6 +270,13 @@ class ShadowInterceptor:
                                              else "unmatched")
         elif result.outcome is Outcome.LATE_IGNORED:
             self._metrics.late_callback("late")
+
+
+def _read_ahead_result(future: Future[list[ActiveCandidate]] | None) -> list[ActiveCandidate] | None:
+    """The read, when it is there: queued ahead in the same lane, it has finished unless it failed."""
+    if future is None or not future.done() or future.exception() is not None:
+        return None  # the write reads for itself, and a store that failed the read is counted there
+    return future.result()
 
 
 def _prepare_stop(body: bytes, received_at_ms: int) -> PreparedStop | None:

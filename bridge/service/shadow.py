@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from bridge.domain.aggregate import RunChange
+from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.ports import (
@@ -129,8 +130,26 @@ class ShadowRecorder:
             self._stored_revisions.add(ctx.task_revision)
         return result
 
-    def record_end(self, facts: CallbackFacts, context: ContextSource) -> ShadowResult:
-        """Close the one matching Run, back-fill one, or record why the callback could not be placed."""
+    def read_ahead_end(self, cron_id: int) -> list[ActiveCandidate]:
+        """The cron's open Runs, read in a transaction of their own while 2.x is still answering the end."""
+        return self._runs.read(lambda tx: tx.store.active_candidates(cron_id, CANDIDATE_LIMIT))
+
+    def record_end(self, facts: CallbackFacts, context: ContextSource,
+                   read_ahead: list[ActiveCandidate] | None = None) -> ShadowResult:
+        """Close the one matching Run, back-fill one, or record why the callback could not be placed.
+
+        With ``read_ahead`` (read_ahead_end's answer) the usual case, the one open Run of this pid and log,
+        is closed without reading again: the Run's version CAS proves the Run and its Attempts are as read
+        (every change to them bumps it), and on a miss the callback is placed anew on what the store holds
+        now. Anything else (a weaker match, none, several, a finished Attempt) takes the reading path.
+        """
+        matched = _strong_match(read_ahead, facts) if read_ahead is not None else None
+        if matched is not None:
+            try:
+                return self._once(lambda tx: _close(tx, matched, facts), facts)
+            except (RunVersionConflictError, AttemptConflictError):
+                pass
+
         def work(tx: RunTransaction) -> ShadowResult:
             candidates = tx.store.active_candidates(facts.cron_id, CANDIDATE_LIMIT)
             matched = correlate(candidates, facts)
@@ -203,6 +222,17 @@ def correlate(candidates: list[ActiveCandidate], facts: CallbackFacts) -> list[A
         if by_pid:
             return by_pid
     return [c for c in candidates if c.run.legacy_pid is None or facts.pid is None]
+
+
+def _strong_match(candidates: list[ActiveCandidate], facts: CallbackFacts) -> ActiveCandidate | None:
+    """The single open Run with this pid and log digest whose Attempt still runs, if that is what was read."""
+    matched = correlate(candidates, facts)
+    if len(matched) != 1 or facts.pid is None:
+        return None
+    candidate = matched[0]
+    if (candidate.run.legacy_pid, candidate.run.log_ref) != (facts.pid, facts.log_ref):
+        return None
+    return candidate if candidate.attempt is not None and not candidate.attempt.is_terminal else None
 
 
 def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *, synthesized: bool) -> Run:

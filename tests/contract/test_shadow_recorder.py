@@ -147,6 +147,46 @@ def test_a_2x_stop_cancels_the_active_runs_and_the_killed_shells_end_is_late(rec
     assert recorder.record_stop(1, BEGIN_MS + 6000) == []
 
 
+def test_an_end_read_ahead_closes_the_run_it_read(recorder: ShadowRecorder, service: RunService) -> None:
+    run_id = recorder.record_start(facts(), CTX).run_id
+    read_ahead = recorder.read_ahead_end(1)
+    assert [c.run.id for c in read_ahead] == [run_id]
+    assert recorder.record_end(end(), lambda: CTX, read_ahead).outcome is Outcome.CLOSED
+    assert service.get_run(run_id).status is RunStatus.SUCCEEDED
+    assert types(service, run_id)[-2:] == ["attempt.succeeded", "run.succeeded"]
+
+
+def test_an_end_whose_run_changed_after_the_read_ahead_is_placed_on_what_the_store_holds_now(
+        recorder: ShadowRecorder, service: RunService) -> None:
+    run_id = recorder.record_start(facts(), CTX).run_id
+    read_ahead = recorder.read_ahead_end(1)
+    service.request_cancel(RequestCancel(run_id, ACTOR))  # lands while 2.x is still answering the end
+    assert recorder.record_end(end(), lambda: CTX, read_ahead).outcome is Outcome.CLOSED
+    run = service.get_run(run_id)
+    assert run.status is RunStatus.CANCELLED and run.cancel_requested_at_ms is not None
+    assert types(service, run_id).count("run.cancelled") == 1
+
+
+def test_an_end_read_ahead_of_a_run_closed_since_is_late_and_appends_nothing_twice(recorder: ShadowRecorder,
+                                                                                 service: RunService) -> None:
+    run_id = recorder.record_start(facts(), CTX).run_id
+    stale = recorder.read_ahead_end(1)
+    assert recorder.record_end(end(), lambda: CTX).outcome is Outcome.CLOSED
+    before = types(service, run_id)
+    assert recorder.record_end(end(), lambda: CTX, stale).outcome is Outcome.DUPLICATE
+    assert recorder.record_end(end(exit_code=9), lambda: CTX, stale).outcome is Outcome.LATE_IGNORED
+    assert types(service, run_id) == [*before, "attempt.late_callback_ignored"]
+
+
+def test_an_end_read_ahead_without_a_match_takes_the_reading_path(recorder: ShadowRecorder,
+                                                                service: RunService) -> None:
+    read_ahead = recorder.read_ahead_end(1)  # nothing open yet
+    run_id = recorder.record_start(facts(), CTX).run_id
+    assert read_ahead == []
+    assert recorder.record_end(end(), lambda: CTX, read_ahead).outcome is Outcome.CLOSED
+    assert service.get_run(run_id).status is RunStatus.SUCCEEDED
+
+
 def _snapshot(revision: str, command: str) -> TaskSnapshot:
     return TaskSnapshot(task_revision=revision, task_id="legacy-cron:1", legacy_cron_id=1, name="demo",
                         command=command, schedule="*/5 * * * *", work_dir=None, log_name=None, created_at_ms=BEGIN_MS)
