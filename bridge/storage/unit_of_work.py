@@ -1,5 +1,10 @@
 """SqlUnitOfWork: one transaction per call, with a bounded, jittered retry while SQLite is busy.
 
+SQLite lets one transaction write at a time, so this process's writers queue on a gate before they take
+a pooled connection: the next one goes the moment the last commits, instead of every waiting lane holding
+a connection (and its page cache) while SQLite's busy handler sleeps and polls. Writers in other
+processes still meet SQLite's own lock, which the busy retry below waits out.
+
 Only "database is locked" before commit, and a connection the server dropped before commit, are retried:
 the whole function runs again on a fresh transaction, re-reading everything, so a CAS decision is never
 replayed blindly. A CAS miss
@@ -9,9 +14,11 @@ replayed blindly. A CAS miss
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -26,11 +33,13 @@ T = TypeVar("T")
 
 class SqlUnitOfWork:
     def __init__(self, engine: Engine, *, busy_budget_ms: int = 400, busy_attempts: int = 4,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, queue_writers: bool = True) -> None:
+        """``queue_writers=False`` leaves a SQLite writer's wait to SQLite's busy handler alone (benchmarks)."""
         self.engine = engine
         self._budget_s = busy_budget_ms / 1000
         self._attempts = max(1, busy_attempts)
         self._sleep = sleep
+        self._writers = _writer_gate(engine) if queue_writers and engine.dialect.name == "sqlite" else None
 
     def write(self, work: Callable[[SqlRunStore], T]) -> T:
         return self._run(work, read_only=False)
@@ -40,6 +49,16 @@ class SqlUnitOfWork:
 
     def _run(self, work: Callable[[SqlRunStore], T], *, read_only: bool) -> T:
         deadline = time.monotonic() + self._budget_s
+        if read_only or self._writers is None:
+            return self._attempts_until(deadline, work, read_only)
+        if not self._writers.acquire(timeout=self._budget_s):
+            raise StoreBusyError("the bridge store's other writers held it past the busy-retry budget", attempts=0)
+        try:
+            return self._attempts_until(deadline, work, read_only)
+        finally:
+            self._writers.release()
+
+    def _attempts_until(self, deadline: float, work: Callable[[SqlRunStore], T], read_only: bool) -> T:
         reconnected = False
         for attempt in range(1, self._attempts + 1):
             try:
@@ -90,3 +109,16 @@ class _StaleConnection(Exception):
     def __init__(self, error: DBAPIError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+_WRITER_GATES: WeakKeyDictionary[Engine, threading.Lock] = WeakKeyDictionary()
+_GATES_LOCK = threading.Lock()
+
+
+def _writer_gate(engine: Engine) -> threading.Lock:
+    """One gate per engine (per store file), shared by every unit of work built on it."""
+    with _GATES_LOCK:
+        gate = _WRITER_GATES.get(engine)
+        if gate is None:
+            gate = _WRITER_GATES[engine] = threading.Lock()
+        return gate

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, event, make_url, text
 from sqlalchemy.pool import NullPool
 
 from bridge.domain.aggregate import AttemptWrite, ChangeSet
@@ -139,6 +139,57 @@ def test_a_short_lock_is_waited_out_and_the_command_applies_once(sqlite_backend:
     holder.join()
     assert result.run.status is RunStatus.QUEUED
     assert sequences(service, run.id) == [1, 2]
+
+
+def test_sqlite_writers_of_one_process_take_turns_on_one_connection(sqlite_backend: Backend) -> None:
+    engine = sqlite_backend.engine
+    assert engine is not None
+    out, peak, lock = [0], [0], threading.Lock()
+
+    def counted(delta: int) -> None:
+        with lock:
+            out[0] += delta
+            peak[0] = max(peak[0], out[0])
+
+    event.listen(engine, "checkout", lambda *_: counted(1))
+    event.listen(engine, "checkin", lambda *_: counted(-1))
+    service = RunService(SqlUnitOfWork(engine, busy_budget_ms=5000), clock=SystemClock())
+    runs = [create(service) for _ in range(6)]
+    peak[0] = 0
+
+    def move(run_id: str, version: int) -> None:
+        service.transition_run(TransitionRun(run_id, RunStatus.QUEUED, version, ACTOR))
+
+    threads = [threading.Thread(target=move, args=(r.id, r.version)) for r in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [service.get_run(r.id).status for r in runs] == [RunStatus.QUEUED] * 6
+    assert peak[0] == 1, "each waiting writer held a pooled connection of its own"
+
+
+def test_a_sqlite_writer_queued_past_the_budget_raises_store_busy(sqlite_backend: Backend) -> None:
+    engine = sqlite_backend.engine
+    assert engine is not None
+    holding, release = threading.Event(), threading.Event()
+
+    def slow(store: object) -> None:
+        holding.set()
+        release.wait(5)
+
+    uow = SqlUnitOfWork(engine, busy_budget_ms=200)
+    holder = threading.Thread(target=uow.write, args=(slow,))
+    holder.start()
+    holding.wait(5)
+    started = time.monotonic()
+    with pytest.raises(StoreBusyError):
+        SqlUnitOfWork(engine, busy_budget_ms=200).write(lambda store: None)
+    waited = time.monotonic() - started
+    release.set()
+    holder.join()
+    assert 0.15 < waited < 1.0
+    assert SqlUnitOfWork(engine).write(lambda store: "free again") == "free again"
 
 
 def test_an_unreachable_store_raises_a_typed_error_without_hanging() -> None:
