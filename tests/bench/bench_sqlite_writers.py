@@ -23,14 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import event
-
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.engine import make_engine
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from tests.bench.stores import fresh_store
+from tests.pool_probe import PoolProbe
 
 CONTEXT = ExecutionContext(origin="scheduled_system", evidence="schedule_match:main:5_field:system",
                            task_revision="bench")
@@ -46,15 +45,7 @@ class Round:
 def one_round(queue_writers: bool, threads: int, executions: int) -> Round:
     with tempfile.TemporaryDirectory() as tmp, fresh_store("sqlite", Path(tmp), "") as (url, _schema):
         engine = make_engine(url)
-        out, peak, lock = [0], [0], threading.Lock()
-
-        def counted(delta: int) -> None:
-            with lock:
-                out[0] += delta
-                peak[0] = max(peak[0], out[0])
-
-        event.listen(engine, "checkout", lambda *_: counted(1))
-        event.listen(engine, "checkin", lambda *_: counted(-1))
+        probe, lock = PoolProbe(engine), threading.Lock()
         recorder = ShadowRecorder(RunService(SqlUnitOfWork(engine, queue_writers=queue_writers),
                                              clock=SystemClock()))
         latencies: list[float] = []
@@ -83,7 +74,7 @@ def one_round(queue_writers: bool, threads: int, executions: int) -> Round:
             worker.join()
         elapsed = time.perf_counter() - started
         engine.dispose()
-        return Round(len(latencies) / elapsed, latencies, peak[0])
+        return Round(len(latencies) / elapsed, latencies, probe.peak)
 
 
 def quantile(values: list[float], q: float) -> float:

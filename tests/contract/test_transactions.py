@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import create_engine, event, make_url, text
+from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from bridge.domain.aggregate import AttemptWrite, ChangeSet
@@ -25,6 +25,7 @@ from bridge.storage.engine import make_engine
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR, attempt_to, create, running, sequences
+from tests.pool_probe import PoolProbe
 
 
 @contextmanager
@@ -144,18 +145,10 @@ def test_a_short_lock_is_waited_out_and_the_command_applies_once(sqlite_backend:
 def test_sqlite_writers_of_one_process_take_turns_on_one_connection(sqlite_backend: Backend) -> None:
     engine = sqlite_backend.engine
     assert engine is not None
-    out, peak, lock = [0], [0], threading.Lock()
-
-    def counted(delta: int) -> None:
-        with lock:
-            out[0] += delta
-            peak[0] = max(peak[0], out[0])
-
-    event.listen(engine, "checkout", lambda *_: counted(1))
-    event.listen(engine, "checkin", lambda *_: counted(-1))
+    probe = PoolProbe(engine)
     service = RunService(SqlUnitOfWork(engine, busy_budget_ms=5000), clock=SystemClock())
     runs = [create(service) for _ in range(6)]
-    peak[0] = 0
+    probe.reset()
 
     def move(run_id: str, version: int) -> None:
         service.transition_run(TransitionRun(run_id, RunStatus.QUEUED, version, ACTOR))
@@ -166,7 +159,7 @@ def test_sqlite_writers_of_one_process_take_turns_on_one_connection(sqlite_backe
     for thread in threads:
         thread.join()
     assert [service.get_run(r.id).status for r in runs] == [RunStatus.QUEUED] * 6
-    assert peak[0] == 1, "each waiting writer held a pooled connection of its own"
+    assert probe.peak == 1, "each waiting writer held a pooled connection of its own"
 
 
 def test_a_sqlite_writer_queued_past_the_budget_raises_store_busy(sqlite_backend: Backend) -> None:
