@@ -12,6 +12,7 @@ from typing import Any
 
 from deepdiff import DeepDiff
 
+from bridge.domain.model import RUN_ACTIVE
 from legacy_adapters.reader import LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import ms_to_epoch_seconds
@@ -19,8 +20,7 @@ from legacy_adapters.timeconv import ms_to_epoch_seconds
 # 2.x instance status → the shadow Run status it should sit beside (legacy-2x.md 2.8).
 EXPECTED_RUN_STATUS = {InstanceStatus.FINISHED: "succeeded", InstanceStatus.ERROR: "failed",
                        InstanceStatus.STOPPED: "cancelled"}
-ACTIVE_RUN_STATUSES = frozenset({"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait",
-                                 "lost"})
+ACTIVE_RUN_STATUSES = frozenset(status.value for status in RUN_ACTIVE)  # the domain's list, as stored
 VOLATILE = ["root['updated_at']", "root['received_at_ms']"]
 
 
