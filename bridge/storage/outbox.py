@@ -1,8 +1,8 @@
 """SqlOutbox: the projection outbox, the Attempt -> 2.x instance mapping and the facts the projector reads.
 
 SQLAlchemy Core on SQLite and PostgreSQL alike; every method is one short transaction. Reads touch only
-bridge-owned Runs (owner = 'bridge') and are bounded: the newest rows per status come from the
-(legacy_cron_id, status, created_at_ms) index, never a scan of a cron's whole history.
+bridge-owned Runs (owner = 'bridge') and are bounded: the newest rows per status come from the partial
+index of bridge-owned Runs (legacy_cron_id, status, created_at_ms), never a scan of a cron's history.
 """
 
 from __future__ import annotations
@@ -14,13 +14,27 @@ from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, bindparam, delete, func, insert, or_, select, union_all, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Select,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    union_all,
+    update,
+)
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import is_sqlite_busy
 from bridge.storage.schema import (
+    BRIDGE_OWNED_SQL,
     job_leases_table,
     legacy_instance_map_table,
     projection_outbox_table,
@@ -33,7 +47,6 @@ from projections.relay import Applied, CronFacts, OutboxRow, RowInputs
 ACTIVE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
 RECENT_LIMIT = 64
 STATES = ("pending", "applied", "parked")
-_OWNER = "bridge"
 _LEASE = "projector"
 T = TypeVar("T")
 _o, _r, _a, _m = projection_outbox_table, runs_table, run_attempts_table, legacy_instance_map_table
@@ -63,11 +76,13 @@ _RUN_COLUMNS = [_r.c[name] for name in ("id", "legacy_cron_id", "status", "creat
 
 
 def _newest_statement(statuses: Iterable[Any], limit: int) -> Select[Any]:
-    """The newest bridge-owned Runs of ``:cron_id`` in these statuses: one leg per status, each an index
-    range scan of (legacy_cron_id, status, created_at_ms) with its own LIMIT, then the newest of all legs.
-    Built once: constructing a union of subqueries costs more than running it."""
+    """The newest bridge-owned Runs of ``:cron_id`` in these statuses: one leg per status, each a range scan
+    of ix_runs_bridge_owned_by_cron with its own LIMIT, then the newest of all legs. The owner predicate is
+    the index's own literal text: with a bind, neither planner could use the partial index, and a cron
+    just promoted would walk its whole shadow history for each leg. Built once: constructing a union of
+    subqueries costs more than running it."""
     legs = [select(*_RUN_COLUMNS).where(_r.c.legacy_cron_id == bindparam("cron_id"), _r.c.status == status.value,
-                                        _r.c.owner == _OWNER)
+                                        text(f"runs.{BRIDGE_OWNED_SQL}"))
             .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(limit).subquery()
             for status in sorted(statuses)]
     both = union_all(*[select(leg) for leg in legs]).subquery()

@@ -47,6 +47,8 @@ def _status_in(values: list[str]) -> str:
 
 
 ACTIVE_STATUS_SQL = _status_in(sorted(s.value for s in RUN_ACTIVE))
+# Runs the bridge owns (primary mode), as a literal for the same reason.
+BRIDGE_OWNED_SQL = "owner = 'bridge'"
 
 
 def _status_check(name: str, values: list[str]) -> CheckConstraint:
@@ -105,6 +107,10 @@ runs_table = Table(
     # A cron's open Runs for callback correlation: holds only open Runs, so a lookup never walks history.
     Index("ix_runs_active_by_cron", "legacy_cron_id", "created_at_ms",
           sqlite_where=text(ACTIVE_STATUS_SQL), postgresql_where=text(ACTIVE_STATUS_SQL)),
+    # A cron's bridge-owned Runs by status for the projector: after a promotion it reads only those, however
+    # long the cron's shadow history, and shadow writes (owner legacy) never touch this index.
+    Index("ix_runs_bridge_owned_by_cron", "legacy_cron_id", "status", "created_at_ms",
+          sqlite_where=text(BRIDGE_OWNED_SQL), postgresql_where=text(BRIDGE_OWNED_SQL)),
     Index("ux_runs_project_id_idempotency_key", "project_id", "idempotency_key", unique=True,
           sqlite_where=Column("idempotency_key").isnot(None),
           postgresql_where=Column("idempotency_key").isnot(None)),

@@ -1,0 +1,56 @@
+"""The projector's reads of a cron's Runs stay on its bridge-owned Runs, however long its shadow history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Select, text
+
+from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.storage.outbox import _NEWEST_ACTIVE, _NEWEST_TERMINAL
+from tests.projection.conftest import World
+
+SHADOW = ExecutionContext(origin="scheduled_system", evidence="test", task_revision="rev")
+
+
+def _callback(cron_id: int, pid: int, exit_code: int | None = None) -> CallbackFacts:
+    return CallbackFacts(cron_id=cron_id, pid=pid, log_ref=f"log-{pid}", started_at_ms=1_796_216_400_000 + pid,
+                         duration_ms=1000 if exit_code is not None else None, exit_code=exit_code,
+                         received_at_ms=1_796_216_400_000 + pid)
+
+
+def _plan(world: World, statement: Select[Any], cron_id: int) -> str:
+    engine = world.backend.engine
+    assert engine is not None
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE"))  # both planners decide on statistics, as they do after a while in use
+        compiled = statement.compile(dialect=conn.dialect)
+        params = compiled.construct_params({"cron_id": cron_id})
+        args = tuple(params[k] for k in compiled.positiontup or ()) if compiled.positional else params
+        for setup in world.backend.explain_setup:
+            conn.exec_driver_sql(setup)
+        plan = " ".join(str(row) for row in conn.exec_driver_sql(world.backend.explain + str(compiled), args))
+        conn.rollback()
+    return plan
+
+
+def test_a_promoted_crons_newest_runs_come_from_the_index_of_bridge_owned_runs(world: World) -> None:
+    cron = world.cron()
+    shadow = ShadowRecorder(world.runs)
+    for pid in range(3000, 3150):  # the cron's shadow history: closed Runs that 2.x owns
+        shadow.record_start(_callback(cron, pid), SHADOW)
+        shadow.record_end(_callback(cron, pid, exit_code=0), lambda: SHADOW)
+    shadow.record_start(_callback(cron, 3999), SHADOW)  # and one still open
+    done = world.primary.start(cron, pid=77)
+    world.primary.finish(done)
+    running = world.primary.start(cron, pid=78)
+
+    active, latest, latest_terminal = world.outbox.facts_for_cron(cron)
+
+    assert [f.run_id for f in active] == [running.run_id]
+    assert latest_terminal is not None and latest_terminal.run_id == done.run_id
+    assert latest is not None and latest.run_id == running.run_id
+    for statement in (_NEWEST_ACTIVE, _NEWEST_TERMINAL):
+        plan = _plan(world, statement, cron)
+        assert "ix_runs_bridge_owned_by_cron" in plan, plan
+        assert "ix_runs_legacy_cron_status" not in plan, plan
