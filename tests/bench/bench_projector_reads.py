@@ -1,0 +1,116 @@
+"""Benchmark: the projector's read of a cron's newest bridge-owned Runs, against the length of its shadow history.
+
+    python -m tests.bench.bench_projector_reads [--backend sqlite|postgres|both] [--sizes 1000,50000]
+                                                [--reads 50] [--pg-url URL]
+
+For each size N, a fresh bridge store (tests/bench/stores.py) gets one cron whose history is N closed Runs
+owned by 2.x (one recorded through the real ShadowRecorder, then cloned with INSERT ... SELECT so a large
+history takes seconds), and then, as after a promotion, two bridge-owned Runs of the same cron: one
+finished, one running. SqlOutbox.facts_for_cron (what the projector reads for each outbox row) is timed
+--reads times after a warm-up; its answer is checked (the running Run active, the finished one newest
+terminal). Prints p50 per size and the ratio p50(largest) / p50(smallest): with the partial index of
+bridge-owned Runs the read does not depend on the history (target: about 1).
+
+This is a benchmark, not a test: it asserts nothing about timing and exits 0 after printing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Engine, text
+
+from bridge.service.clock import SystemClock
+from bridge.service.run_service import RunService
+from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.storage.engine import make_engine
+from bridge.storage.outbox import SqlOutbox
+from bridge.storage.unit_of_work import SqlUnitOfWork
+from tests.bench.stores import fresh_store
+
+CRON = 1
+BEGIN_MS = 1_796_216_400_000
+
+
+def callback(pid: int, exit_code: int | None = None) -> CallbackFacts:
+    return CallbackFacts(cron_id=CRON, pid=pid, log_ref=f"log-{pid}", started_at_ms=BEGIN_MS + pid,
+                         duration_ms=1000 if exit_code is not None else None, exit_code=exit_code,
+                         received_at_ms=BEGIN_MS + pid)
+
+
+def execution(recorder: ShadowRecorder, pid: int, mode: str) -> None:
+    context = ExecutionContext(origin="scheduled_system", evidence="bench", task_revision="rev", mode=mode)
+    recorder.record_start(callback(pid), context)
+    recorder.record_end(callback(pid, exit_code=0), lambda: context)
+
+
+def clone_history(engine: Engine, copies: int) -> None:
+    """N - 1 copies of the one shadow Run, with their own id, idempotency key and creation time."""
+    postgres = engine.dialect.name == "postgresql"
+    series = ("generate_series(1, :n) AS g(i)" if postgres else
+              "(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < :n) SELECT i FROM s) AS g")
+    replaced = {"id": "'h' || g.i", "idempotency_key": "'history:' || g.i", "created_at_ms": "runs.created_at_ms - g.i"}
+    with engine.begin() as conn:
+        names = list(conn.execute(text("SELECT * FROM runs WHERE 1 = 0")).keys())
+        columns = ", ".join(replaced.get(name, f"runs.{name}") for name in names)
+        conn.execute(text(f"INSERT INTO runs ({', '.join(names)}) SELECT {columns} FROM runs, {series}"),
+                     {"n": copies})
+        conn.execute(text("ANALYZE"))
+
+
+def measure(backend: str, size: int, reads: int, root: Path, pg_url: str) -> float:
+    with fresh_store(backend, root, pg_url, name=f"reads{size}") as (url, schema):
+        engine = make_engine(url, pg_search_path=schema)
+        try:
+            recorder = ShadowRecorder(RunService(SqlUnitOfWork(engine), clock=SystemClock()))
+            execution(recorder, 1, "shadow")
+            clone_history(engine, size - 1)
+            execution(recorder, 2, "primary")
+            running = ExecutionContext(origin="scheduled_system", evidence="bench", task_revision="rev",
+                                       mode="primary")
+            recorder.record_start(callback(3), running)
+            outbox = SqlOutbox(engine)
+            active, _latest, terminal = outbox.facts_for_cron(CRON)
+            assert len(active) == 1 and active[0].status == "running", active
+            assert terminal is not None and terminal.status == "succeeded", terminal
+            times = []
+            for _ in range(reads + 5):
+                started = time.perf_counter()
+                outbox.facts_for_cron(CRON)
+                times.append(time.perf_counter() - started)
+            return statistics.median(times[5:]) * 1000
+        finally:
+            engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--sizes", default="1000,50000", help="shadow Runs in the cron's history, comma list")
+    parser.add_argument("--reads", type=int, default=50)
+    parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    backends = ("sqlite", "postgres") if args.backend == "both" else (args.backend,)
+    console = Console()
+    table = Table(title="SqlOutbox.facts_for_cron: p50 ms by the cron's shadow history")
+    table.add_column("backend")
+    for size in sizes:
+        table.add_column(f"{size:,} Runs", justify="right")
+    table.add_column("ratio largest/smallest", justify="right")
+    with tempfile.TemporaryDirectory(prefix="bench-projector-reads-") as tmp:
+        for backend in backends:
+            p50 = [measure(backend, size, args.reads, Path(tmp), args.pg_url) for size in sizes]
+            table.add_row(backend, *[f"{v:.2f}" for v in p50], f"{p50[-1] / p50[0]:.2f}")
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
