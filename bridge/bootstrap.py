@@ -100,10 +100,14 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False) ->
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
         if schedule_reconciler:
+            from bridge.housekeeping import INTERVAL_S, run_housekeeping
             from projections.schedule import start_reconcile_schedule
 
             reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
-            scheduler = start_reconcile_schedule(reconciler.run_once, settings.reconcile_interval_s)
+            clock = SystemClock()
+            scheduler = start_reconcile_schedule(reconciler.run_once, settings.reconcile_interval_s,
+                                                 lambda: run_housekeeping(store.engine, clock.now_ms()),
+                                                 INTERVAL_S)
             container.closers.append(lambda: scheduler.shutdown(wait=True))
     return container
 

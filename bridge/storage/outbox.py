@@ -267,6 +267,21 @@ class SqlOutbox:
             update(_o).where(_o.c.state == "parked").values(state="pending", attempts=0, next_attempt_at_ms=now_ms)
         ).rowcount)
 
+    def prune_applied(self, before_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` rows applied before ``before_ms``: 2.x has them and nothing reads them again.
+
+        Walks ix_projection_outbox_state_due from the oldest due time (a row is applied at or after it is
+        due), so each call reads about as many rows as it deletes, however large the table."""
+        oldest = (select(_o.c.id).where(_o.c.state == "applied", _o.c.next_attempt_at_ms < before_ms,
+                                        _o.c.applied_at_ms < before_ms)
+                  .order_by(_o.c.next_attempt_at_ms).limit(limit))
+
+        def work(conn: Connection) -> int:
+            ids = [row[0] for row in conn.execute(oldest)]
+            return conn.execute(delete(_o).where(_o.c.id.in_(ids))).rowcount if ids else 0
+
+        return self._write(work)
+
     # -- for reports and `bridge status` -------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:

@@ -118,6 +118,19 @@ class ReconcileStore:
                 finished_at_ms=at_ms, result=result, reason=reason, stats=json.dumps(stats, sort_keys=True)))
             conn.execute(delete(reconcile_seen_table).where(reconcile_seen_table.c.pass_id == pass_id))
 
+    def prune_passes(self, before_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` passes started before ``before_ms``, oldest first, with any scratch rows a
+        pass that died midway left behind. The latest pass always stays: health reads it."""
+        t, seen = reconcile_passes_table, reconcile_seen_table
+        latest = select(func.max(t.c.id)).scalar_subquery()
+        with self.engine.begin() as conn:
+            ids = [row[0] for row in conn.execute(select(t.c.id).where(t.c.started_at_ms < before_ms, t.c.id < latest)
+                                                  .order_by(t.c.started_at_ms).limit(limit))]
+            if not ids:
+                return 0
+            conn.execute(delete(seen).where(seen.c.pass_id.in_(ids)))
+            return conn.execute(delete(t).where(t.c.id.in_(ids))).rowcount
+
     def last_pass(self) -> dict[str, Any] | None:
         t = reconcile_passes_table
         with self.read() as conn:

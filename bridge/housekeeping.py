@@ -1,0 +1,53 @@
+"""Housekeeping: the bridge store's bookkeeping rows are kept for a week, then deleted in bounded batches.
+
+Projection outbox rows 2.x has applied and reconcile pass records are read again only for a short while
+(the outbox counts in `bridge projection status`, the latest pass in /healthz); without pruning they grow
+by a few thousand rows a day for as long as the bridge runs. Runs, Attempts, events and mismatches are
+the record and are never pruned here. Scheduled hourly beside the reconcile pass.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import Engine
+
+from bridge.domain.errors import BridgeError
+from bridge.storage.outbox import SqlOutbox
+from bridge.storage.reconcile_queries import ReconcileStore
+
+log = logging.getLogger("bridge.housekeeping")
+
+RETENTION_MS = 7 * 86_400_000
+INTERVAL_S = 3600
+BATCH = 1000  # rows per transaction: a short write lock on SQLite
+MAX_BATCHES = 50  # per table and run; a backlog (a first run after an upgrade) drains over a few hours
+
+
+def prune_bookkeeping(engine: Engine, now_ms: int, *, retention_ms: int = RETENTION_MS, batch: int = BATCH,
+                      max_batches: int = MAX_BATCHES) -> dict[str, int]:
+    """Delete applied outbox rows and reconcile passes older than ``retention_ms``; returns rows deleted."""
+    before = now_ms - retention_ms
+    steps = {"projection_outbox": SqlOutbox(engine).prune_applied,
+             "reconcile_passes": ReconcileStore(engine).prune_passes}
+    removed = {name: 0 for name in steps}
+    for name, prune in steps.items():
+        for _ in range(max_batches):
+            deleted = prune(before, batch)
+            removed[name] += deleted
+            if deleted < batch:
+                break
+    if any(removed.values()):
+        log.info("housekeeping deleted %d applied outbox rows and %d reconcile passes older than %d days",
+                 removed["projection_outbox"], removed["reconcile_passes"], retention_ms // 86_400_000)
+    return removed
+
+
+def run_housekeeping(engine: Engine, now_ms: int) -> None:
+    """The scheduled job: a failure is logged by its code and retried at the next run, never raised."""
+    try:
+        prune_bookkeeping(engine, now_ms)
+    except BridgeError as exc:
+        log.warning("housekeeping failed: %s (will retry)", exc.code)
+    except Exception as exc:  # noqa: BLE001 - a scheduled job must not take the scheduler down
+        log.warning("housekeeping failed: %s (will retry)", type(exc).__name__)
