@@ -1,9 +1,9 @@
 """Housekeeping: the bridge store's bookkeeping rows are kept for a week, then deleted in bounded batches.
 
 Projection outbox rows 2.x has applied and reconcile pass records are read again only for a short while
-(the outbox counts in `bridge projection status`, the latest pass in /healthz); without pruning they grow
-by a few thousand rows a day for as long as the bridge runs. Runs, Attempts, events and mismatches are
-the record and are never pruned here. Scheduled hourly beside the reconcile pass.
+(the outbox counts in `bridge status`, which then cover the last week, and the latest pass in /healthz);
+without pruning they grow by a few thousand rows a day for as long as the bridge runs. Runs, Attempts,
+events and mismatches are the record and are never pruned here. Scheduled hourly beside the reconcile pass.
 """
 
 from __future__ import annotations
