@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -50,6 +51,20 @@ class Backend:
     explain: str = "EXPLAIN "  # prefix that makes the store print a statement's plan
     # Run first in the same transaction: a test's few rows would otherwise make a sequential scan cheapest.
     explain_setup: tuple[str, ...] = ("SET LOCAL enable_seqscan = off",)
+
+    def query_plan(self, sql: str, args: Any) -> str:
+        """The plan the store picks for a driver-level statement, after ANALYZE (both planners decide on
+        statistics, as they do after a while in use), as one string of its rows."""
+        assert self.engine is not None
+        with self.engine.connect() as conn:
+            conn.execute(text("ANALYZE"))
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            for statement in self.explain_setup:
+                cursor.execute(statement)
+            cursor.execute(self.explain + sql, args)
+            plan = " ".join(str(row) for row in cursor.fetchall())
+            conn.rollback()
+        return plan
 
 
 @pytest.fixture(scope="session")

@@ -236,15 +236,6 @@ def test_correlation_reads_a_crons_open_runs_from_the_partial_index(sql_backend:
     recorder.record_start(facts(4242), CTX)
     assert sql_backend.engine is not None
     sql, args = _ACTIVE_CANDIDATES.bind(sql_backend.engine.dialect, {"b_cron": 1, "b_limit": 64})  # as it runs
-    with sql_backend.engine.connect() as conn:
-        conn.execute(text("ANALYZE"))  # both planners decide on statistics, as they do after a while in use
-        raw = conn.connection.dbapi_connection
-        assert raw is not None
-        cursor = raw.cursor()
-        for statement in sql_backend.explain_setup:
-            cursor.execute(statement)
-        cursor.execute(sql_backend.explain + sql, args)
-        plan = " ".join(str(row) for row in cursor.fetchall())
-        conn.rollback()
+    plan = sql_backend.query_plan(sql, args)
     assert "ix_runs_active_by_cron" in plan, plan
     assert recorder.owner_of_end(end(4242)) == "legacy"  # and the one open run is what it finds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, text
+from sqlalchemy import Select
 
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.outbox import _NEWEST_ACTIVE, _NEWEST_TERMINAL
@@ -20,18 +20,12 @@ def _callback(cron_id: int, pid: int, exit_code: int | None = None) -> CallbackF
 
 
 def _plan(world: World, statement: Select[Any], cron_id: int) -> str:
-    engine = world.backend.engine
-    assert engine is not None
-    with engine.connect() as conn:
-        conn.execute(text("ANALYZE"))  # both planners decide on statistics, as they do after a while in use
-        compiled = statement.compile(dialect=conn.dialect)
-        params = compiled.construct_params({"cron_id": cron_id})
-        args = tuple(params[k] for k in compiled.positiontup or ()) if compiled.positional else params
-        for setup in world.backend.explain_setup:
-            conn.exec_driver_sql(setup)
-        plan = " ".join(str(row) for row in conn.exec_driver_sql(world.backend.explain + str(compiled), args))
-        conn.rollback()
-    return plan
+    """The plan of a Core statement as it runs: compiled for the store, with the driver's parameters."""
+    assert world.backend.engine is not None
+    compiled = statement.compile(dialect=world.backend.engine.dialect)
+    params = compiled.construct_params({"cron_id": cron_id})
+    args = tuple(params[k] for k in compiled.positiontup or ()) if compiled.positional else params
+    return world.backend.query_plan(str(compiled), args)
 
 
 def test_a_promoted_crons_newest_runs_come_from_the_index_of_bridge_owned_runs(world: World) -> None:
