@@ -47,7 +47,6 @@ def run_housekeeping(engine: Engine, now_ms: int) -> None:
     """The scheduled job: a failure is logged by its code and retried at the next run, never raised."""
     try:
         prune_bookkeeping(engine, now_ms)
-    except BridgeError as exc:
-        log.warning("housekeeping failed: %s (will retry)", exc.code)
     except Exception as exc:  # noqa: BLE001 - a scheduled job must not take the scheduler down
-        log.warning("housekeeping failed: %s (will retry)", type(exc).__name__)
+        kind = exc.code if isinstance(exc, BridgeError) else type(exc).__name__  # never the message: paths
+        log.warning("housekeeping failed: %s (will retry)", kind)
