@@ -4,14 +4,21 @@ SQLite: WAL, foreign keys, a short busy_timeout, and BEGIN IMMEDIATE for write t
 normally delays BEGIN until the first write, so two writers can both read, then one fails with
 "database is locked" mid-transaction; taking the write lock up front turns that into a clean wait
 (SQLAlchemy SQLite dialect docs, "Serializable isolation / Savepoints / Transactional DDL").
+
+PostgreSQL: bounded timeouts, no pre-ping; a `PoolSweep` recycles the whole pool once one pooled
+connection turns out to have been dropped by the server.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InvalidatePoolError
 
 # Execution option that marks a read-only unit of work (plain deferred BEGIN on SQLite).
 READ_ONLY = "bridge_read_only"
@@ -29,7 +36,9 @@ def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 100, pg_statement_tim
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, sqlite_busy_timeout_ms)
     if parsed.get_backend_name() == "postgresql":
-        return _postgres_engine(url, pg_statement_timeout_ms, pg_search_path)
+        engine = _postgres_engine(url, pg_statement_timeout_ms, pg_search_path)
+        pool_sweep(engine)
+        return engine
     raise ValueError(f"unsupported store URL scheme {parsed.drivername!r} (use sqlite:/// or postgresql+psycopg://)")
 
 
@@ -63,9 +72,9 @@ def _sqlite_engine(url: str, busy_timeout_ms: int) -> Engine:
 
 def _postgres_engine(url: str, statement_timeout_ms: int, search_path: str | None) -> Engine:
     # Bounded waits: a store that is down or locked raises instead of hanging the callback path.
-    # No pool_pre_ping (a round trip per transaction): SqlUnitOfWork retries, once, a transaction whose
-    # pooled connection the server had dropped; any other user sees one error after a server restart, and
-    # SQLAlchemy then recycles the whole pool.
+    # No pool_pre_ping (a round trip per transaction): SqlUnitOfWork sweeps the pool (PoolSweep) and
+    # retries, once, a transaction whose pooled connection the server had dropped; any other user sees one
+    # error after a server restart, and SQLAlchemy then recycles the whole pool.
     options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout={int(statement_timeout_ms)}"
     if search_path:
         options += f" -c search_path={search_path}"
@@ -76,3 +85,51 @@ def _postgres_engine(url: str, statement_timeout_ms: int, search_path: str | Non
         pool_timeout=5,
         connect_args={"connect_timeout": 5, "options": options},
     )
+
+
+class PoolSweep:
+    """Recycles every connection an engine's pool opened before the last `request`, at its next checkout.
+
+    A server restart drops all pooled connections at once, but a pool learns that one connection at a
+    time, as each fails. SQLAlchemy recycles the whole pool when the failure passes through a
+    `Connection` (`Pool._invalidate`, "Dealing with Disconnects", optimistic); the store's driver-level
+    statements (`bridge.storage.runs`) do not pass through it. So a unit of work that met a dropped
+    connection calls `request()`, and every later checkout of a connection opened before that moment
+    raises `InvalidatePoolError` in the pool's `checkout` event: SQLAlchemy's documented way to say "the
+    database restarted", which reconnects that connection and marks all older ones to be replaced. It
+    costs nothing until a connection is dropped: no round trip, one comparison per checkout.
+    """
+
+    _OPENED_AT = "bridge_opened_at"  # monotonic time, in the connection record's info
+
+    def __init__(self, engine: Engine) -> None:
+        self._requested_at: float | None = None
+        # Connections opened before these listeners carry no stamp: they count as opened at install time.
+        self._default_opened_at = time.monotonic()
+        event.listen(engine, "connect", self._on_connect)
+        event.listen(engine, "checkout", self._on_checkout)
+
+    def request(self) -> None:
+        """Mark every connection opened until now as stale."""
+        self._requested_at = time.monotonic()
+
+    def _on_connect(self, _dbapi_connection: Any, record: Any) -> None:
+        record.info[self._OPENED_AT] = time.monotonic()
+
+    def _on_checkout(self, _dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        requested_at = self._requested_at
+        if requested_at is not None and record.info.get(self._OPENED_AT, self._default_opened_at) < requested_at:
+            raise InvalidatePoolError("the server dropped a pooled connection: recycling the pool")
+
+
+_SWEEPS: WeakKeyDictionary[Engine, PoolSweep] = WeakKeyDictionary()
+_SWEEPS_LOCK = threading.Lock()
+
+
+def pool_sweep(engine: Engine) -> PoolSweep:
+    """The engine's one PoolSweep, installed on first use (make_engine installs it on PostgreSQL)."""
+    with _SWEEPS_LOCK:
+        sweep = _SWEEPS.get(engine)
+        if sweep is None:
+            sweep = _SWEEPS[engine] = PoolSweep(engine)
+        return sweep

@@ -7,8 +7,9 @@ processes still meet SQLite's own lock, which the busy retry below waits out.
 
 Only "database is locked" before commit, and a connection the server dropped before commit, are retried:
 the whole function runs again on a fresh transaction, re-reading everything, so a CAS decision is never
-replayed blindly. A CAS miss
-(RunVersionConflictError) is a domain answer and is never retried here.
+replayed blindly. A dropped connection first sweeps the whole pool (a server restart dropped its siblings
+too), so the one retry runs on a freshly opened connection. A CAS miss (RunVersionConflictError) is a
+domain answer and is never retried here; neither is a failure during COMMIT, whose outcome is unknown.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import StoreBusyError
-from bridge.storage.engine import READ_ONLY
+from bridge.storage.engine import READ_ONLY, pool_sweep
 from bridge.storage.errors import is_sqlite_busy, translate_operational_error
 from bridge.storage.runs import SqlRunStore
 
@@ -40,6 +41,7 @@ class SqlUnitOfWork:
         self._attempts = max(1, busy_attempts)
         self._sleep = sleep
         self._writers = _writer_gate(engine) if queue_writers and engine.dialect.name == "sqlite" else None
+        self._sweep = pool_sweep(engine) if engine.dialect.name == "postgresql" else None
 
     def write(self, work: Callable[[SqlRunStore], T]) -> T:
         return self._run(work, read_only=False)
@@ -66,7 +68,9 @@ class SqlUnitOfWork:
             except _StaleConnection as stale:
                 if reconnected:
                     raise translate_operational_error(stale.error) from stale.error
-                reconnected = True  # the pool dropped that connection; one fresh try, at once
+                reconnected = True  # one fresh try, at once, on a connection opened after the sweep
+                if self._sweep is not None:
+                    self._sweep.request()
                 continue
             except DBAPIError as exc:
                 if not is_sqlite_busy(exc):
@@ -102,8 +106,9 @@ class SqlUnitOfWork:
 class _StaleConnection(Exception):
     """The server closed a pooled connection (a restart, an idle timeout) before this transaction committed.
 
-    Retried once on a fresh connection instead of pinging every connection at checkout, which would cost
-    a round trip per transaction on the callback path (SQLAlchemy "Dealing with Disconnects", optimistic).
+    The pool is swept and the work retried once on a fresh connection, instead of pinging every connection
+    at checkout, which would cost a round trip per transaction on the callback path (SQLAlchemy "Dealing
+    with Disconnects", optimistic).
     """
 
     def __init__(self, error: DBAPIError) -> None:
