@@ -33,8 +33,14 @@ class Settings:
     forward_timeout_s: float = 1800.0  # 2.x's own nginx era proxied with 1800 s timeouts
     sqlite_busy_budget_ms: int = 400
     payload_cap_bytes: int = 2048
-    workers: int = 1
     threads: int = 16
+    connection_limit: int = 1000
+    idle_timeout_s: int = 5  # Node's keepAliveTimeout
+    headers_timeout_s: int = 60  # Node's headersTimeout
+    request_timeout_s: int = 300  # Node's requestTimeout
+    max_body_bytes: int = 1 << 30
+    callback_body_cap_bytes: int = 8192
+    drain_timeout_s: int = 8  # under Docker's 10 s between SIGTERM and SIGKILL
     legacy_tz: str | None = None
     legacy_scheduler: str = "auto"
     reconcile_interval_s: int = 60
@@ -56,6 +62,9 @@ class Settings:
         if env.get("BRIDGE_SHADOW_ORIGINS", "").strip() and not legacy_dir:
             raise ConfigError("BRIDGE_LEGACY_DATA_DIR", "is required when BRIDGE_SHADOW_ORIGINS names an origin "
                               "(the bridge reads 2.x's Crontabs to tell where an execution came from)")
+        if (env.get("BRIDGE_WORKERS") or "1") != "1":
+            raise ConfigError("BRIDGE_WORKERS", "is no longer read: one process serves (waitress); "
+                              "size it with BRIDGE_THREADS, or run replicas on PostgreSQL")
         schema = env.get("BRIDGE_DATABASE_SCHEMA") or None
         if schema is not None and not schema.replace("_", "").isalnum():
             raise ConfigError("BRIDGE_DATABASE_SCHEMA", "must be letters, digits and underscores")
@@ -72,8 +81,14 @@ class Settings:
             forward_timeout_s=float(_int(env, "BRIDGE_FORWARD_TIMEOUT_S", 1800, low=1, high=86_400)),
             sqlite_busy_budget_ms=_int(env, "BRIDGE_SQLITE_BUSY_BUDGET_MS", 400, low=1, high=900),
             payload_cap_bytes=_int(env, "BRIDGE_PAYLOAD_CAP_BYTES", 2048, low=256, high=65_536),
-            workers=_int(env, "BRIDGE_WORKERS", 1, low=1, high=32),
             threads=_int(env, "BRIDGE_THREADS", 16, low=1, high=256),
+            connection_limit=_int(env, "BRIDGE_CONNECTION_LIMIT", 1000, low=16, high=100_000),
+            idle_timeout_s=_int(env, "BRIDGE_IDLE_TIMEOUT_S", 5, low=1, high=3600),
+            headers_timeout_s=_int(env, "BRIDGE_HEADERS_TIMEOUT_S", 60, low=1, high=3600),
+            request_timeout_s=_int(env, "BRIDGE_REQUEST_TIMEOUT_S", 300, low=1, high=86_400),
+            max_body_bytes=_int(env, "BRIDGE_MAX_BODY_BYTES", 1 << 30, low=1 << 20, high=1 << 40),
+            callback_body_cap_bytes=_int(env, "BRIDGE_CALLBACK_BODY_CAP_BYTES", 8192, low=1024, high=1 << 20),
+            drain_timeout_s=_int(env, "BRIDGE_DRAIN_TIMEOUT_S", 8, low=0, high=3600),
             legacy_tz=_zone(env.get("BRIDGE_LEGACY_TZ") or None),
             legacy_scheduler=_choice(env, "BRIDGE_LEGACY_SCHEDULER", "auto", ("auto", "system", "node")),
             reconcile_interval_s=_int(env, "BRIDGE_RECONCILE_INTERVAL_S", 60, low=5, high=86_400),

@@ -25,6 +25,7 @@ _COMMANDS = frozenset({"create_run", "transition_run", "create_attempt", "transi
 _PROJECTIONS = frozenset({"crontab_status", "crontab_pid", "running_instance", "crontab_times"})
 _KINDS = frozenset({"unmatched", "ambiguous", "start", "end", "duplicate", "late"})
 _MODES = frozenset(m.value for m in Mode)
+_CALLBACK_PATHS = frozenset({"/open/crons/status", "/api/crons/status", "/open/crons/stop", "/api/crons/stop"})
 
 
 def bounded(value: str | None, allowed: Iterable[str]) -> str:
@@ -53,6 +54,8 @@ class BridgeMetrics:
         self._proj_retry = Counter("projection_retry_total", "Projection attempts", ["result"], registry=r)
         self._reconcile = Counter("reconcile_total", "Reconciler runs", ["result"], registry=r)
         self._callbacks = Counter("legacy_callback_total", "Status callbacks seen", ["kind", "mode"], registry=r)
+        self._oversize = Counter("callback_body_oversize_total", "Status callbacks over the body cap: forwarded "
+                                 "to 2.x, neither parsed nor recorded", ["path"], registry=r)
         self.forward_seconds = Histogram("bridge_forward_seconds", "Time to forward a request to 2.x",
                                          registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1, 5))
         self.shadow_write_seconds = Histogram("shadow_write_seconds", "Time of one shadow write", registry=r,
@@ -95,6 +98,9 @@ class BridgeMetrics:
 
     def reconcile(self, result: str) -> None:
         self._reconcile.labels(bounded(result, _RESULTS)).inc()
+
+    def callback_body_oversize(self, path: str) -> None:
+        self._oversize.labels(bounded(path, _CALLBACK_PATHS)).inc()
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of one sample (0 when absent); for tests and `bridge status`."""

@@ -9,6 +9,8 @@ from flask import Flask
 from bridge.web import EXTENSION
 from bridge.web.errors import register_error_handlers
 
+OWN_BODY_LIMIT_BYTES = 64 * 1024
+
 if TYPE_CHECKING:
     from bridge.bootstrap import Container
 
@@ -18,6 +20,8 @@ def create_app(container: Container) -> Flask:
     app = Flask(__name__, static_folder=None)
     # Flask must not answer for 2.x: no slash-merging redirects (the catch-all also turns off strict_slashes).
     app.url_map.merge_slashes = False
+    # The bridge's own endpoints take small JSON bodies; the proxy reads 2.x's traffic from the stream itself.
+    app.config["MAX_CONTENT_LENGTH"] = OWN_BODY_LIMIT_BYTES
     app.extensions[EXTENSION] = container
 
     from bridge.web.admin import admin

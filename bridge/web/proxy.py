@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
@@ -33,13 +33,14 @@ CALLBACK_PATHS = frozenset({b"/open/crons/status", b"/api/crons/status", b"/open
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
                         "te", "trailer", "trailers", "transfer-encoding", "upgrade", "http2-settings"})
 # Host and Content-Length are recomputed for the upstream hop; the body is already read, so the
-# bridge (gunicorn) has answered any Expect: 100-continue itself.
+# bridge (waitress) has answered any Expect: 100-continue itself.
 _NOT_SENT_UP = HOP_BY_HOP | {"host", "content-length", "expect"}
 # The WSGI server writes its own Date and Server; relaying 2.x's would duplicate them.
 _NOT_SENT_DOWN = HOP_BY_HOP | {"date", "server"}
 # h11 accepts only visible ASCII in a request target; anything else goes up percent-encoded.
 _TARGET_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
 _JSON_2X = "application/json; charset=utf-8"  # what Express's res.send(object) sets
+STREAM_CHUNK_BYTES = 64 * 1024
 
 
 class CallbackInterceptor(Protocol):
@@ -73,22 +74,63 @@ def forward(path: str) -> Response:
     """Relay the request to 2.x (the ``path`` argument is Werkzeug's decoded view and is not used)."""
     container = current_container()
     target = raw_target(request.environ)
-    body = request.get_data(cache=True)
+    length = request.content_length or 0
     interceptor = container.interceptor if is_status_callback(request.method, target) else None
-    prepared = _before_forward(interceptor, target, body) if interceptor is not None else None
+    if interceptor is not None and length > container.settings.callback_body_cap_bytes:
+        # The shell's body is ~250 bytes: a huge one is 2.x's to judge, never parsed or held by the bridge.
+        container.metrics.callback_body_oversize(_path_only(target))
+        interceptor = None
+    if interceptor is None:
+        return _relay(container, target, _streamed_body(request.environ, length) if length > 0 else b"", length)
+    body = _read_body(request.environ, length)
+    prepared = _before_forward(interceptor, target, body)
     if isinstance(prepared, LocalAnswer):  # primary mode: the bridge is the truth and answers the shell
         return Response(prepared.body, status=prepared.status, content_type=prepared.content_type)
     upstream = build_upstream_request(container.settings.legacy_url, request.method, target, request.headers, body)
     try:
         response, content = _send(container, upstream)
     except httpx.TransportError as exc:
-        # Log the path only: 2.x takes client_secret in /open/auth/token's query string.
-        log.warning("forward %s %s failed: 2.x unreachable (%s)", request.method, _path_only(target),
-                    type(exc).__name__)
-        return bad_gateway(exc)
-    if interceptor is not None and prepared is not None:
+        return _unreachable(exc, target)
+    if prepared is not None:
         _after_forward(interceptor, prepared, response.status_code)
     return relay_response(response, content)
+
+
+def _relay(container: Container, target: bytes, body: bytes | Iterator[bytes], length: int) -> Response:
+    """Pass-through with the body streamed both ways: the bridge holds at most a chunk of it."""
+    upstream = build_upstream_request(container.settings.legacy_url, request.method, target, request.headers, body,
+                                      length)
+    started = time.perf_counter()
+    try:
+        response = container.http.send(upstream, stream=True)
+    except httpx.TransportError as exc:
+        return _unreachable(exc, target)
+    finally:
+        container.metrics.forward_seconds.observe(time.perf_counter() - started)
+    relayed = relay_response(response, _raw_chunks(response))
+    relayed.call_on_close(response.close)
+    return relayed
+
+
+def _unreachable(exc: httpx.TransportError, target: bytes) -> Response:
+    # Log the path only: 2.x takes client_secret in /open/auth/token's query string.
+    log.warning("forward %s %s failed: 2.x unreachable (%s)", request.method, _path_only(target), type(exc).__name__)
+    return bad_gateway(exc)
+
+
+def _read_body(environ: dict[str, Any], length: int) -> bytes:
+    """A body the bridge looks at, already bounded by the caller (waitress has read all of it)."""
+    return environ["wsgi.input"].read(length) if length > 0 else b""
+
+
+def _streamed_body(environ: dict[str, Any], length: int) -> Iterator[bytes]:
+    stream, left = environ["wsgi.input"], length
+    while left > 0:
+        chunk = stream.read(min(left, STREAM_CHUNK_BYTES))
+        if not chunk:
+            return
+        left -= len(chunk)
+        yield chunk
 
 
 def is_status_callback(method: str, target: bytes) -> bool:
@@ -113,7 +155,7 @@ def raw_target(environ: dict[str, Any]) -> bytes:
 
 
 def build_upstream_request(legacy_url: str, method: str, target: bytes, headers: Iterable[tuple[str, str]],
-                           body: bytes) -> httpx.Request:
+                           body: bytes | Iterator[bytes], length: int | None = None) -> httpx.Request:
     """An httpx.Request built directly, so the client adds no default headers (no Accept-Encoding)."""
     origin, prefix = _upstream_base(legacy_url)
     full_target = prefix + target
@@ -122,7 +164,8 @@ def build_upstream_request(legacy_url: str, method: str, target: bytes, headers:
     except httpx.InvalidURL:
         url = httpx.URL(origin)  # the "target" extension below is what goes on the wire anyway
     # httpx.URL normalises dot segments and re-quotes; the "target" extension sends our bytes as they are.
-    return httpx.Request(method, url, headers=upstream_headers(headers, len(body)), content=body,
+    body_length = len(body) if isinstance(body, bytes) else length or 0
+    return httpx.Request(method, url, headers=upstream_headers(headers, body_length), content=body,
                          extensions={"target": full_target})
 
 
@@ -136,7 +179,7 @@ def upstream_headers(headers: Iterable[tuple[str, str]], body_length: int) -> li
     return out
 
 
-def relay_response(upstream: httpx.Response, body: bytes) -> Response:
+def relay_response(upstream: httpx.Response, body: bytes | Iterator[bytes]) -> Response:
     """A Flask response carrying upstream's status line, end-to-end headers and body bytes unchanged."""
     items = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.headers.raw]
     drop = _NOT_SENT_DOWN | _connection_tokens(items)
@@ -168,11 +211,20 @@ def _send(container: Container, upstream: httpx.Request) -> tuple[httpx.Response
 
 def _raw_body(response: httpx.Response) -> bytes:
     """The body as it came off the wire: a gzip/br body stays compressed, byte for byte."""
+    return b"".join(_raw_chunks(response))
+
+
+def _raw_chunks(response: httpx.Response) -> Iterator[bytes]:
+    """The body's wire bytes chunk by chunk; 2.x failing midway ends the answer early (logged, not raised)."""
     if response.is_stream_consumed:
         # Built pre-read (a MockTransport handler passing content=...): .content is already decoded,
         # but the response's stream still holds the raw bytes.
-        return b"".join(response.stream)  # type: ignore[arg-type]
-    return b"".join(response.iter_raw())
+        yield from response.stream  # type: ignore[misc]
+        return
+    try:
+        yield from response.iter_raw()
+    except httpx.TransportError as exc:
+        log.warning("2.x's answer broke off midway (%s)", type(exc).__name__)
 
 
 def _before_forward(interceptor: CallbackInterceptor, target: bytes, body: bytes) -> object | None:

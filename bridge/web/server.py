@@ -1,90 +1,132 @@
-"""Serve the app under gunicorn (gthread), building one Container per worker after the fork."""
+"""Serve the app with waitress in this one process, and stop it gracefully.
+
+Why waitress and one process: the bridge sits on the panel's port, so a client that trickles its request
+must not hold a worker thread (waitress reads whole requests on its event loop first, see
+``http_channel``), a huge body must not be held in memory (waitress spools it to disk), and no orphaned
+worker may keep the port after its parent died (there is no parent). A supervisor — Docker's restart
+policy, systemd — restarts the process, and every start runs startup recovery before it listens.
+
+Stopping (SIGTERM or SIGINT): the listening socket closes at once, requests already received are
+finished and their answers sent (their shadow writes included), for at most ``drain_timeout_s``; only
+then are the upstream client, the write lanes and the store closed.
+"""
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gunicorn.app.base import BaseApplication
+from waitress import wasyncore
 
 from bridge.config import Settings
 from bridge.malloc_arenas import limit_malloc_arenas
 from bridge.web.app import create_app
+from bridge.web.http_channel import HEADER_LIMIT_BYTES, BridgeHttpServer, RequestDeadlines
 
 if TYPE_CHECKING:
-    from flask import Flask
-
     from bridge.bootstrap import Container
 
 ContainerFactory = Callable[[Settings], "Container"]
 log = logging.getLogger("bridge.server")
+LOOP_TICK_S = 0.2  # how soon the event loop notices a stop request
 
 
-def gunicorn_options(settings: Settings) -> dict[str, Any]:
-    """Gunicorn settings for the bridge; no CLI arguments, config file or GUNICORN_CMD_ARGS are read."""
+def waitress_options(settings: Settings) -> dict[str, Any]:
+    """waitress's adjustments for the bridge; nothing is read from a config file or the command line."""
     return {
-        "bind": f"{_bind_host(settings.listen_host)}:{settings.listen_port}",
-        "worker_class": "gthread",
-        "workers": settings.workers,
+        "host": settings.listen_host,
+        "port": settings.listen_port,
         "threads": settings.threads,
-        # gthread workers heartbeat between requests, so this only has to outlast 2.x's slowest answer.
-        "timeout": int(settings.forward_timeout_s) + 30,
-        "graceful_timeout": 10,
-        "keepalive": 5,
-        "preload_app": False,  # engines, pools and lanes are built in each worker, never shared across fork
-        "accesslog": None,  # off: request lines carry ?t=... and /open/auth/token's client_secret
-        "errorlog": "-",
-        "loglevel": "info",
-        "proc_name": "ql-bridge",
-        "limit_request_line": 8190,  # 2.x's UI sends long filter queries; gunicorn's 4094 default is tighter than Node
-        "control_socket_disable": True,  # gunicorn >= 24 would otherwise create a socket under $HOME
+        "connection_limit": settings.connection_limit,
+        "channel_timeout": settings.idle_timeout_s,  # an idle keep-alive connection is closed after this
+        "cleanup_interval": 1,  # how often idle and overdue connections are looked for
+        "max_request_header_size": HEADER_LIMIT_BYTES,
+        "max_request_body_size": settings.max_body_bytes,
+        "inbuf_overflow": 512 * 1024,  # a body over this waits in a temporary file, not in memory
+        "outbuf_overflow": 1024 * 1024,
+        "asyncore_use_poll": True,  # select() stops at 1,024 descriptors
+        "asyncore_loop_timeout": LOOP_TICK_S,
+        "expose_tracebacks": False,
+        "ident": "",  # no Server header: Node sends none either
+        "clear_untrusted_proxy_headers": False,  # X-Forwarded-* go to 2.x untouched; the bridge does not use them
+        "log_socket_errors": False,  # a peer's reset is not an error of the bridge's
     }
 
 
-class BridgeServer(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: Settings, container_factory: ContainerFactory) -> None:
-        self._settings = settings
-        self._factory = container_factory
-        self._container: Container | None = None
-        super().__init__()
-
-    def load_config(self) -> None:
-        for key, value in gunicorn_options(self._settings).items():
-            if key in self.cfg.settings:  # an older gunicorn lacks e.g. control_socket_disable
-                self.cfg.set(key, value)
-        self.cfg.set("worker_exit", self._worker_exit)
-
-    def load(self) -> Flask:
-        # Called inside the worker (preload_app is off), so the Container is per process; before any of its
-        # threads exist, so the arena cap holds for all of them.
-        limit_malloc_arenas()
-        self._container = self._factory(self._settings)
-        return create_app(self._container)
-
-    def _worker_exit(self, server: Any, worker: Any) -> None:
-        if self._container is not None:
-            self._container.close()
-            self._container = None
+def build_server(app: Any, settings: Settings) -> BridgeHttpServer:
+    deadlines = RequestDeadlines(headers_s=settings.headers_timeout_s, request_s=settings.request_timeout_s)
+    return BridgeHttpServer(app, deadlines, **waitress_options(settings))
 
 
 def serve(settings: Settings, container_factory: ContainerFactory) -> None:
-    """Run the bridge until gunicorn is told to stop (SIGTERM/SIGINT); blocks."""
-    _configure_logging()
-    log.info("ql-bridge on %s:%d forwarding to %s (%d worker(s) x %d threads)", settings.listen_host,
-             settings.listen_port, _without_userinfo(settings.legacy_url), settings.workers, settings.threads)
-    BridgeServer(settings, container_factory).run()
+    """Run the bridge until SIGTERM or SIGINT, then drain and close; blocks."""
+    configure_logging()
+    limit_malloc_arenas()  # before the container starts any thread, so the cap holds for all of them
+    container = container_factory(settings)
+    try:
+        server = build_server(create_app(container), settings)
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        log.info("ql-bridge on %s:%d forwarding to %s (%d threads)", settings.listen_host, settings.listen_port,
+                 _without_userinfo(settings.legacy_url), settings.threads)
+        run_until(server, stop)
+        drain(server, settings.drain_timeout_s)
+    finally:
+        container.close()  # after the drain: in-flight forwards and shadow writes have finished
 
 
-def _configure_logging() -> None:
+def run_until(server: BridgeHttpServer, stop: threading.Event) -> None:
+    while not stop.is_set():
+        wasyncore.loop(timeout=LOOP_TICK_S, map=server._map, use_poll=True, count=1)
+
+
+def drain(server: BridgeHttpServer, timeout_s: float) -> None:
+    """Stop accepting, let received requests finish and their answers go out, then stop the threads."""
+    wasyncore.dispatcher.close(server)  # the listening socket only; connections and the trigger stay
+    deadline = time.monotonic() + timeout_s
+    while server.busy_channels() and time.monotonic() < deadline:
+        wasyncore.loop(timeout=LOOP_TICK_S, map=server._map, use_poll=True, count=1)
+    left = server.busy_channels()
+    if left:
+        log.warning("stopping with %d request(s) still in flight after the %.0f s drain", left, timeout_s)
+    server.task_dispatcher.shutdown(cancel_pending=True, timeout=max(0.5, deadline - time.monotonic()))
+    for channel in list(server.active_channels.values()):
+        channel.handle_close()
+    server.trigger.close()
+    log.info("stopped")
+
+
+class ClientDataFilter(logging.Filter):
+    """waitress quotes the request path in two messages and attaches tracebacks that may quote input:
+    keep what happened and the exception's type, never what the client sent."""
+
+    _QUOTING = ("Exception while serving", "Client disconnected while serving")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("waitress"):
+            return True
+        message = str(record.msg)
+        for prefix in self._QUOTING:
+            if message.startswith(prefix):
+                message = prefix.lower() + " a request"
+        if record.exc_info and record.exc_info[1] is not None:
+            message += f": {type(record.exc_info[1]).__name__}"
+        record.msg, record.args, record.exc_info, record.exc_text = message, None, None, None
+        return True
+
+
+def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(ClientDataFilter())
     # httpx logs every request URL at INFO; query strings may hold secrets.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-def _bind_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 def _without_userinfo(url: str) -> str:

@@ -1,4 +1,4 @@
-"""The real thing: gunicorn serving the app in a subprocess, in front of a tiny upstream on a real socket."""
+"""The real thing: waitress serving the app in a subprocess, in front of a tiny upstream on a real socket."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config import Settings
-from bridge.web.server import gunicorn_options
+from bridge.web.server import waitress_options
 
 COMPRESSED = gzip.compress('{"code":200,"data":{"name":"中文","bytes":"\\u0000\\uffff"}}'.encode() * 20)
 JSON_2X = "application/json; charset=utf-8"
@@ -118,15 +118,21 @@ def bridge_port(tiny_upstream: TinyUpstream, tmp_path: Path) -> Iterator[int]:
             process.wait()
 
 
-def test_gunicorn_runs_gthread_workers_with_the_settings_and_no_access_log() -> None:
-    settings = Settings.from_env({"BRIDGE_LISTEN": "0.0.0.0:5800", "BRIDGE_WORKERS": "2", "BRIDGE_THREADS": "8",
-                                  "BRIDGE_FORWARD_TIMEOUT_S": "60"})
+def test_waitress_takes_the_settings_and_never_rewrites_forwarding_headers() -> None:
+    settings = Settings.from_env({"BRIDGE_LISTEN": "0.0.0.0:5800", "BRIDGE_THREADS": "8",
+                                  "BRIDGE_IDLE_TIMEOUT_S": "7", "BRIDGE_CONNECTION_LIMIT": "300"})
 
-    options = gunicorn_options(settings)
+    options = waitress_options(settings)
 
-    assert options["bind"] == "0.0.0.0:5800" and options["worker_class"] == "gthread"
-    assert (options["workers"], options["threads"], options["timeout"]) == (2, 8, 90)
-    assert options["accesslog"] is None and options["preload_app"] is False
+    assert (options["host"], options["port"], options["threads"]) == ("0.0.0.0", 5800, 8)
+    assert (options["channel_timeout"], options["connection_limit"]) == (7, 300)
+    assert options["max_request_header_size"] >= 16 * 1024  # never below Node's limit
+    assert options["clear_untrusted_proxy_headers"] is False and options["asyncore_use_poll"] is True
+
+
+def test_several_workers_are_refused_with_one_line_naming_the_variable() -> None:
+    with pytest.raises(ValueError, match="BRIDGE_WORKERS"):
+        Settings.from_env({"BRIDGE_WORKERS": "2"})
 
 
 def test_the_real_server_relays_a_callback_and_2xs_compressed_answer_unchanged(
