@@ -113,7 +113,7 @@ def status() -> None:
 
 @main.command()
 def serve() -> None:
-    """Run the bridge in front of 2.x under gunicorn (configuration: BRIDGE_* variables, see README)."""
+    """Run the bridge in front of 2.x (waitress, one process; configuration: BRIDGE_* variables, see README)."""
     from functools import partial
 
     from bridge.bootstrap import build_container
@@ -141,6 +141,11 @@ def _prepare_serving(settings: Settings) -> str:
             _fail(f"the bridge store is at revision {revision or 'empty'}, not {head}: run `bridge db upgrade` first")
         flags = build_flags(store)
         flags.seed_once(settings.shadow_origins)
+        recording = sorted(o for o, m in flags.modes().items() if m.value != "off")
+        if recording and settings.legacy_database_path is None:
+            # Serving anyway would record nothing while the flags say otherwise: a silent shadow gap.
+            _fail(f"BRIDGE_LEGACY_DATA_DIR is not set, but the flags put {', '.join(recording)} in shadow or "
+                  f"primary mode: set it to 2.x's data directory, or `bridge flags set <origin> off`")
         if settings.legacy_database_path is not None:
             reconciler = build_reconciler(settings, store, BridgeMetrics(), flags)  # validates 2.x's files
             outcomes = recover_on_startup(ReconcileStore(store.engine), store.runs, reconciler.reader)
