@@ -85,7 +85,7 @@ def bridge_process(env: dict[str, str], url: str) -> Iterator[subprocess.Popen[b
     would block on a full pipe.
     """
     log_file = tempfile.TemporaryFile()
-    # Its own process group, so the gunicorn workers go with it whatever happens to the master.
+    # Its own process group, so nothing it started outlives it whatever happens to it.
     proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=log_file)
     proc.log_file = log_file  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ What runs (all on loopback, all started and always stopped by this script):
   * a 2.x data dir in a temp dir with five crons on 5-field schedules;
   * the 2.x test double (Legacy2xDouble) in its OWN process (multiprocessing "spawn"), so its CPU does not share
     the GIL with the load generator;
-  * `bridge serve` (gunicorn, 1 worker x 16 threads) in front of it, shadow ON for every origin
+  * `bridge serve` (waitress, one process x 16 threads) in front of it, shadow ON for every origin
     (BRIDGE_SHADOW_ORIGINS=manual,boot,...,system, BRIDGE_SHADOW_BUDGET_MS default 50);
   * a second `bridge serve` with BRIDGE_SHADOW_ORIGINS empty: the pure pass-through, same settings otherwise, on
     a store of its own (origin modes may be kept in the store, so a shared one could turn shadow on for it);
@@ -33,8 +33,8 @@ Phases:
   2. Throughput. T client threads (keep-alive) for S seconds per target, shadow-on first; then the run_events
      per run and the runs created vs executions sent are counted in the store (after the bridges stopped and
      their shadow lanes drained).
-  3. RSS. A FRESH shadow-on bridge; VmRSS of its gunicorn worker (the child of the `bridge serve` process,
-     found through /proc/<pid>/task/*/children) at boot (raw-before), after ~2,000 warm-up callbacks
+  3. RSS. A FRESH shadow-on bridge; VmRSS of the `bridge serve` process (it serves
+     itself) at boot (raw-before), after ~2,000 warm-up callbacks
      (warm-before), every 10,000 callbacks, and after M callbacks sent by T threads (after); with its thread
      count and the store connections it holds open (fds on the SQLite file / sockets to PostgreSQL). Each
      progress line also gives that stretch's rate, mean shadow write and forward time from /metrics.
@@ -211,10 +211,8 @@ class BridgeHandle:
     log_path: Path
 
     def worker_pid(self) -> int:
-        pids = child_pids(self.proc.pid)
-        if len(pids) != 1:
-            raise RuntimeError(f"expected one gunicorn worker under pid {self.proc.pid}, found {pids}")
-        return pids[0]
+        """The serving process: `bridge serve` itself (waitress, one process)."""
+        return self.proc.pid
 
     def metrics(self) -> dict[str, float]:
         return scrape_metrics(self.url)
@@ -290,7 +288,7 @@ def bridge_env(base: dict[str, str], **values: str) -> dict[str, str]:
 @contextmanager
 def bridge_server(name: str, env: dict[str, str], url: str, log_path: Path) -> Iterator[BridgeHandle]:
     """Like bridge.demo.bridge_process, but stderr goes to a file: a pipe nobody reads would fill up under load
-    (gunicorn's error log and the shadow warnings go to stderr) and block the worker."""
+    (waitress's log and the shadow warnings go to stderr) and block the worker."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=log)
@@ -309,7 +307,7 @@ def bridge_server(name: str, env: dict[str, str], url: str, log_path: Path) -> I
             time.sleep(0.1)
         yield BridgeHandle(name, url, proc, log_path)
     finally:
-        proc.terminate()  # SIGTERM: gunicorn stops gracefully, worker_exit drains the shadow lanes
+        proc.terminate()  # SIGTERM: the bridge drains in-flight requests and its shadow lanes
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
