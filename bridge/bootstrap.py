@@ -18,7 +18,7 @@ from bridge.service.ports import Clock, ModeSource, ServiceMetrics
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import refuse_legacy_database
-from bridge.storage.unit_of_work import SqlUnitOfWork
+from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
 
@@ -28,6 +28,10 @@ class Store:
     engine: Engine
     uow: SqlUnitOfWork
     runs: RunService
+    writes: WriteOutcomes = field(init=False)  # what readiness judges the store on
+
+    def __post_init__(self) -> None:
+        self.writes = self.uow.outcomes  # fed by every write the unit of work commits or fails
 
     def close(self) -> None:
         self.engine.dispose()
@@ -39,7 +43,7 @@ def build_store(settings: Settings, *, clock: Clock | None = None, metrics: Serv
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
     refuse_legacy_database(engine)  # before any connection could switch 2.x's file to WAL
-    uow = SqlUnitOfWork(engine, busy_budget_ms=settings.sqlite_busy_budget_ms)
+    uow = SqlUnitOfWork(engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=WriteOutcomes())
     runs = RunService(uow, clock=clock or SystemClock(), metrics=metrics, payload_cap_bytes=settings.payload_cap_bytes)
     return Store(engine=engine, uow=uow, runs=runs)
 

@@ -8,7 +8,7 @@ from bridge.domain.errors import RunVersionConflictError, StorageError, StoreBus
 from bridge.service.ports import DedupeKeyTakenError, IdempotencyKeyTakenError
 
 _BUSY_MARKERS = ("database is locked", "database table is locked", "database is busy")
-_SQLSTATE_UNAVAILABLE = ("08",)  # connection exceptions
+_SQLSTATE_UNAVAILABLE = ("08", "25006")  # connection exceptions; a read-only server (a standby, a failover)
 _SQLSTATE_TRANSIENT = ("40001", "40P01", "55P03", "57014")  # serialization, deadlock, lock/statement timeout
 
 
