@@ -1,4 +1,25 @@
-"""The bridge's own endpoints, never forwarded (2.x has neither): GET /healthz and GET /metrics."""
+"""The bridge's own endpoints, never forwarded (2.x has none of them): liveness, readiness and metrics.
+
+- `GET /livez`, liveness: 200 `{"status": "ok"}` whenever this process can answer a request. It reads
+  nothing and calls nothing, so a down 2.x or a failing store never makes a container restart a bridge
+  that restarting would not fix.
+- `GET /readyz` (and `GET /healthz`, the same answer, kept for existing probes), readiness: named checks,
+  each `{"status": "ok" | "error" | "warn" | "disabled", "reason": <stable code>, ...detail}`. 200 with
+  `"status": "ok"`, or 503 with `"status": "degraded"` when `store` or `upstream` is "error":
+  - `store`: is the bridge's store writable? Judged on the real writes of the last `WRITE_WINDOW_S`
+    seconds (the unit of work's `WriteOutcomes`): STORE_WRITES_OK, or STORE_WRITES_FAILING (with the
+    latest error code). With no write in that window, a probe: STORE_PROBE_OK or STORE_PROBE_FAILED. The
+    probe opens and commits an empty write transaction: the store is reachable and would let this process
+    write, but it cannot see a full disk, which only real writes show. STORE_DISABLED without a store.
+  - `upstream`: 2.x's own `/api/health` within `UPSTREAM_TIMEOUT_S`: UPSTREAM_OK, UPSTREAM_UNHEALTHY
+    (it answered, not 200), UPSTREAM_UNREACHABLE (no answer: refused, timed out, reset).
+  - `reconciler` (informational, never "error": a stalled reconciler does not stop the bridge serving):
+    RECONCILER_OK, RECONCILER_PASS_RUNNING, RECONCILER_LAST_PASS_FAILED, RECONCILER_STALE (no pass
+    started for `STALE_INTERVALS` intervals), RECONCILER_NEVER_RAN, RECONCILER_UNREADABLE,
+    RECONCILER_DISABLED (no store, or no 2.x data directory to compare with).
+
+Each gunicorn worker judges its own writes: a store failure reaches them all, since every worker writes.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +29,38 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from flask import Blueprint, Response, jsonify
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from bridge.web import current_container
 
 if TYPE_CHECKING:
     from bridge.bootstrap import Store
+    from bridge.config import Settings
 
 UPSTREAM_HEALTH_PATH = "/api/health"  # what 2.x's Docker HEALTHCHECK polls
 UPSTREAM_TIMEOUT_S = 2.0
+WRITE_WINDOW_S = 60.0  # writes older than this say nothing about the store any more
+STALE_INTERVALS = 3
+GATES = ("store", "upstream")  # the checks that make the bridge unready
 
 health = Blueprint("health", __name__)
 
 
+@health.get("/livez")
+def livez() -> Response:
+    """Liveness: the process answers."""
+    return _no_store(jsonify(status="ok"))
+
+
+@health.get("/readyz")
 @health.get("/healthz")
-def healthz() -> tuple[Response, int]:
+def readyz() -> tuple[Response, int]:
+    """Readiness: the store takes writes and 2.x answers; the detail of every check."""
     container = current_container()
-    store = check_store(container.store)
-    upstream = check_upstream(container.http, container.settings.legacy_url)
-    reconciler = check_reconciler(container.store, container.settings.reconcile_interval_s)
-    ok = store["status"] in ("ok", "disabled") and upstream["status"] == "ok"
-    response = jsonify(status="ok" if ok else "degraded", store=store, upstream=upstream, reconciler=reconciler)
-    response.headers["Cache-Control"] = "no-store"
-    return response, 200 if ok else 503
+    checks = {"store": check_store(container.store),
+              "upstream": check_upstream(container.http, container.settings.legacy_url),
+              "reconciler": check_reconciler(container.store, container.settings)}
+    ready = all(checks[name]["status"] != "error" for name in GATES)
+    return _no_store(jsonify(status="ok" if ready else "degraded", **checks)), 200 if ready else 503
 
 
 @health.get("/metrics")
@@ -39,38 +69,51 @@ def metrics() -> Response:
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
-def check_store(store: Store | None) -> dict[str, Any]:
-    """A trivial query through the store's engine; "disabled" for a pure pass-through without a store."""
+def check_store(store: Store | None, window_s: float = WRITE_WINDOW_S) -> dict[str, Any]:
+    """Writable by the recent real writes; by a write probe when there were none."""
     if store is None:
-        return {"status": "disabled"}
+        return {"status": "disabled", "reason": "STORE_DISABLED"}
+    writes = store.writes.summary(window_s)
+    if writes.writable is None:
+        return _probe_store(store)
+    detail = {"successes": writes.successes, "failures": writes.failures, "window_s": window_s,
+              "last_write_age_s": writes.last_age_s}
+    if writes.writable:
+        return {"status": "ok", "reason": "STORE_WRITES_OK", **detail}
+    return {"status": "error", "reason": "STORE_WRITES_FAILING", "error": writes.last_error, **detail}
+
+
+def _probe_store(store: Store) -> dict[str, Any]:
     started = time.perf_counter()
     try:
-        with store.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"; the type is enough to act on
-        return {"status": "error", "error": type(exc).__name__}  # a driver message can carry the DSN
-    return {"status": "ok", "latency_ms": _ms_since(started)}
+        store.uow.probe_write()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not writable"; the code is enough to act on
+        return {"status": "error", "reason": "STORE_PROBE_FAILED", "error": getattr(exc, "code", type(exc).__name__)}
+    return {"status": "ok", "reason": "STORE_PROBE_OK", "latency_ms": _ms_since(started)}
 
 
-def check_reconciler(store: Store | None, interval_s: int) -> dict[str, Any]:
-    """The last reconcile pass: when, how it ended, why it stopped; "stale" when none ran for 3 intervals.
-
-    Informational: a failing reconciler does not make the pass-through unhealthy.
-    """
-    if store is None:
-        return {"status": "disabled"}
+def check_reconciler(store: Store | None, settings: Settings) -> dict[str, Any]:
+    """The last reconcile pass: when, how it ended, why it stopped; stale when none started lately."""
+    if store is None or settings.legacy_database_path is None:
+        return {"status": "disabled", "reason": "RECONCILER_DISABLED"}
     from bridge.storage.reconcile_queries import ReconcileStore
 
     try:
         last = ReconcileStore(store.engine).last_pass()
     except Exception as exc:  # noqa: BLE001 - reported, never raised: health must answer
-        return {"status": "error", "error": type(exc).__name__}
+        return {"status": "warn", "reason": "RECONCILER_UNREADABLE", "error": type(exc).__name__}
     if last is None:
-        return {"status": "never_run"}
+        return {"status": "warn", "reason": "RECONCILER_NEVER_RAN"}
     age_s = (time.time() * 1000 - last["started_at_ms"]) / 1000
-    state = last["result"] if age_s <= 3 * interval_s else "stale"
-    return {"status": state, "last_started_at_ms": last["started_at_ms"], "last_result": last["result"],
-            "reason": last["reason"]}
+    if age_s > STALE_INTERVALS * settings.reconcile_interval_s:
+        status, reason = "warn", "RECONCILER_STALE"
+    else:
+        status, reason = _PASS_RESULTS.get(last["result"], ("warn", "RECONCILER_LAST_PASS_FAILED"))
+    return {"status": status, "reason": reason, "last_started_at_ms": last["started_at_ms"],
+            "last_result": last["result"], "last_reason": last["reason"]}
+
+
+_PASS_RESULTS = {"ok": ("ok", "RECONCILER_OK"), "running": ("ok", "RECONCILER_PASS_RUNNING")}
 
 
 def check_upstream(http: httpx.Client, legacy_url: str) -> dict[str, Any]:
@@ -79,9 +122,15 @@ def check_upstream(http: httpx.Client, legacy_url: str) -> dict[str, Any]:
     try:
         response = http.get(legacy_url + UPSTREAM_HEALTH_PATH, timeout=UPSTREAM_TIMEOUT_S)
     except httpx.HTTPError as exc:
-        return {"status": "error", "error": type(exc).__name__}
+        return {"status": "error", "reason": "UPSTREAM_UNREACHABLE", "error": type(exc).__name__}
     ok = response.status_code == 200
-    return {"status": "ok" if ok else "error", "http_status": response.status_code, "latency_ms": _ms_since(started)}
+    return {"status": "ok" if ok else "error", "reason": "UPSTREAM_OK" if ok else "UPSTREAM_UNHEALTHY",
+            "http_status": response.status_code, "latency_ms": _ms_since(started)}
+
+
+def _no_store(response: Response) -> Response:
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 def _ms_since(started: float) -> float:
