@@ -18,7 +18,8 @@
     started for `STALE_INTERVALS` intervals), RECONCILER_NEVER_RAN, RECONCILER_UNREADABLE,
     RECONCILER_DISABLED (no store, or no 2.x data directory to compare with).
 
-Each gunicorn worker judges its own writes: a store failure reaches them all, since every worker writes.
+The outcomes are this process's own writes (`bridge serve` is one process); another process writing to
+the same store (`bridge import-legacy`, a second replica) is judged by its own.
 """
 
 from __future__ import annotations
