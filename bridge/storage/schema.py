@@ -37,6 +37,9 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 # A portable auto-increment key: INTEGER PRIMARY KEY is the rowid alias on SQLite.
 AutoId = BigInteger().with_variant(sqlite.INTEGER(), "sqlite")
 Ms = BigInteger  # UTC milliseconds or a duration in milliseconds; never seconds
+# An exit code as 2.x takes it: any integer Joi lets through (|n| <= 2**53 - 1), so 64 bits on every store.
+# SQLite's INTEGER already holds 64 bits; only PostgreSQL needed BIGINT (revision 0009).
+ExitCode = BigInteger().with_variant(Integer(), "sqlite")
 
 
 # The open statuses in one fixed order, written out as literals: a partial index is used only when the
@@ -136,7 +139,7 @@ run_attempts_table = Table(
     Column("created_at_ms", Ms, nullable=False),
     Column("started_at_ms", Ms),
     Column("finished_at_ms", Ms),
-    Column("exit_code", Integer),
+    Column("exit_code", ExitCode),
     Column("error_code", String(64)),
     Column("error_summary", String(500)),
     Column("synthesized", Boolean, nullable=False, server_default="0"),

@@ -1,4 +1,4 @@
-"""Alembic: upgrade from empty, no drift from the schema module, downgrade to base, refusals."""
+"""Alembic: upgrade from empty, no drift from the schema module, downgrade to base, refusals, data kept."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect
+from sqlalchemy import Engine, insert, inspect, select, update
 
 from bridge.domain.errors import SchemaMismatchError
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
+from bridge.storage.schema import run_attempts_table, runs_table
 from tests.conftest import Backend
 
 EXPECTED_TABLES = {"runs", "run_attempts", "run_events", "task_snapshots"}
@@ -68,3 +69,50 @@ def test_upgrade_refuses_a_store_newer_than_the_code(sqlite_backend: Backend) ->
     with pytest.raises(SchemaMismatchError, match="newer"):
         upgrade(engine)
     assert current_revision(engine) == "9999_future"
+
+
+def _attempt_with_exit_code(engine: Engine, exit_code: int) -> None:
+    run = {"id": "run-0009", "project_id": "default", "task_id": "legacy-cron:1", "task_revision": "rev",
+           "trigger_type": "legacy", "status": "failed", "version": 1, "event_sequence": 0, "created_at_ms": 1}
+    with engine.begin() as conn:
+        conn.execute(insert(runs_table).values(**run))
+        conn.execute(insert(run_attempts_table).values(
+            id="attempt-0009", run_id="run-0009", attempt=1, status="failed", executor_type="legacy_shell",
+            callback_sequence=0, created_at_ms=1, exit_code=exit_code))
+
+
+def _exit_code(engine: Engine) -> int | None:
+    with engine.connect() as conn:
+        return conn.execute(select(run_attempts_table.c.exit_code)).scalar_one()
+
+
+def test_revision_0009_keeps_exit_codes_and_then_takes_any_integer_2x_accepts(sql_backend: Backend) -> None:
+    engine = sql_backend.engine
+    assert engine is not None
+    downgrade(engine, "0008")
+    _attempt_with_exit_code(engine, 143)
+
+    upgrade(engine)
+    assert _exit_code(engine) == 143
+    for wide in (2**40, -(2**53 - 1), 2**53 - 1):
+        with engine.begin() as conn:
+            conn.execute(update(run_attempts_table).values(exit_code=wide))
+        assert _exit_code(engine) == wide
+
+
+def test_a_downgrade_past_0009_never_truncates_a_wide_exit_code(sql_backend: Backend) -> None:
+    engine = sql_backend.engine
+    assert engine is not None
+    _attempt_with_exit_code(engine, 2**40)
+
+    try:
+        downgrade(engine, "0008")
+    except RuntimeError as refused:  # a 32-bit column cannot hold it: refused, nothing changed
+        assert "outside 32 bits" in str(refused)
+        assert current_revision(engine) == head_revision()
+    assert _exit_code(engine) == 2**40  # or the store's 0008 column holds 64 bits anyway
+
+    with engine.begin() as conn:
+        conn.execute(update(run_attempts_table).values(exit_code=-(2**31)))
+    downgrade(engine, "0008")
+    assert (current_revision(engine), _exit_code(engine)) == ("0008", -(2**31))
