@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import re
+from contextlib import suppress
 from dataclasses import dataclass
 from decimal import Decimal
 from html import escape
@@ -33,6 +34,9 @@ _JS_WS = (
 )
 _DEC_DIGITS = re.compile(r"[0-9]+")
 _HEX_DIGITS = re.compile(r"[0-9a-fA-F]+")
+# A JSON string (skipped whole, so brackets inside it are not structure) or one bracket.
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[][{}]', re.S)
+KEPT_DEPTH = 32  # far below the ~1000 levels Python's parser takes, far above what a body schema reads
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,12 @@ def parse_status_body(raw: bytes) -> StatusCallback:
 
 
 def decode_json_body(raw: bytes) -> Any:
-    """body-parser ``json()`` (strict): {} when empty. Raises LegacyCallbackParseError."""
+    """body-parser ``json()`` (strict): {} when empty. Raises LegacyCallbackParseError.
+
+    V8 parses any depth; Python's parser stops near a thousand levels. Past that, a valid body comes back
+    with its containers below ``KEPT_DEPTH`` emptied (see ``_emptied_below``), so the route's Joi schema
+    still rejects it with 2.x's own message, and an invalid one gets V8's message as usual.
+    """
     text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
     if not text:
         return {}
@@ -77,9 +86,36 @@ def decode_json_body(raw: bytes) -> Any:
             return json.loads(text, parse_constant=_reject_constant)
         except ValueError:
             message = v8_json_parse_error(text) or "Unexpected token in JSON"
+        except RecursionError:  # too deep for Python, not for V8: its scanner judges, then a shallower parse
+            message = v8_json_parse_error(text) or ""
+            if not message:
+                with suppress(ValueError):
+                    return json.loads(_emptied_below(text, KEPT_DEPTH), parse_constant=_reject_constant)
+                message = "Unexpected token in JSON"
     else:
         message = body_parser_strict_error(text)
     raise LegacyCallbackParseError(None, message, node_json({"code": 400, "message": message}))
+
+
+def _emptied_below(text: str, depth: int) -> str:
+    """Valid JSON ``text`` with every container opened deeper than ``depth`` left empty (``[]`` or ``{}``).
+
+    The status and stop schemas read two levels at most: Joi judges a container by its type at the level
+    the schema names (``"ids[0]" must be a number``), so what it holds below never changes 2.x's answer.
+    """
+    kept, level, resume = [], 0, 0
+    for token in _STRUCTURE.finditer(text):
+        mark = token.group()
+        if mark in ("[", "{"):
+            level += 1
+            if level == depth + 1:
+                kept.append(text[resume : token.end()])
+        elif mark in ("]", "}"):
+            if level == depth + 1:
+                resume = token.start()
+            level -= 1
+    kept.append(text[resume:])
+    return "".join(kept)
 
 
 def validate_status_payload(payload: Any) -> StatusCallback:
