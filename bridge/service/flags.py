@@ -101,6 +101,10 @@ class FlagService:
         if not actor or not reason:
             raise InvalidFlagChangeError("a flag change needs an actor and a reason", field="actor" if not actor
                                          else "reason")
+        for name, value in (("actor", actor), ("reason", reason)):
+            if not storable_text(value):
+                raise InvalidFlagChangeError(f"the {name} must be text without NUL characters or unpaired "
+                                             "surrogates", field=name)
         if mode == Mode.PRIMARY.value:
             self._check_promotion(origin)
         change = FlagChange(origin, None, mode, actor[:128], reason[:500], self._now_ms())
@@ -139,6 +143,18 @@ class FlagService:
                                         "its latest report does not pass every gate" + unavailable)
         if not self._primary_available:
             raise PromotionRefusedError(origin, [], "primary mode is not available yet")
+
+
+def storable_text(value: str) -> bool:
+    """Whether every store keeps ``value`` as given: PostgreSQL text holds no NUL (SQLite would keep it),
+    and neither driver can send an unpaired surrogate (a JSON ``"\\ud800"``, or undecodable bytes in argv)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _mode_or_off(value: str | None) -> Mode:

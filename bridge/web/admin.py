@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -9,9 +10,12 @@ from flask import Blueprint, Response, jsonify, request
 from bridge.domain.errors import BridgeError
 from bridge.service.admin import admin_token_configured, admin_token_matches
 from bridge.service.flags import FlagService
+from bridge.service.queries import InvalidQueryError
 from bridge.web import current_container
 
 admin = Blueprint("admin", __name__, url_prefix="/bridge")
+AUDIT_DEFAULT, AUDIT_MAX = 20, 200
+_WHOLE = re.compile(r"[0-9]{1,9}")
 
 
 class AdminDisabledError(BridgeError):
@@ -35,18 +39,35 @@ def _flags() -> FlagService:
 @admin.get("/flags")
 def show_flags() -> Response:
     flags = _flags()
-    audit = [_change(c) for c in flags.audit(limit=min(request.args.get("audit", 20, type=int) or 20, 200))]
+    audit = [_change(c) for c in flags.audit(limit=_audit_limit(request.args.get("audit")))]
     return jsonify({"modes": {o: m.value for o, m in flags.modes().items()}, "audit": audit})
 
 
 @admin.put("/flags/<origin>")
 def set_flag(origin: str) -> Response:
     flags = _flags()
-    body = request.get_json(silent=True)
-    body = body if isinstance(body, dict) else {}
+    body = _json_object()
     change = flags.set_mode(origin, str(body.get("mode", "")), actor=str(body.get("actor", "")),
                             reason=str(body.get("reason", "")))
     return jsonify(_change(change))
+
+
+def _json_object() -> dict[str, Any]:
+    """The body if it is a JSON object, else {} (which set_mode then refuses, naming the missing field)."""
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # nested deeper than Python's parser goes: no flag change either
+        body = None
+    return body if isinstance(body, dict) else {}
+
+
+def _audit_limit(raw: str | None) -> int:
+    """``?audit=N``: how many audit rows, newest first. Raises InvalidQueryError outside 1..AUDIT_MAX."""
+    if raw is None or raw == "":
+        return AUDIT_DEFAULT
+    if not _WHOLE.fullmatch(raw) or not 1 <= int(raw) <= AUDIT_MAX:
+        raise InvalidQueryError("audit", f"must be a whole number from 1 to {AUDIT_MAX}")
+    return int(raw)
 
 
 def _change(change: Any) -> dict[str, Any]:
