@@ -14,8 +14,10 @@ from sqlalchemy import ColumnElement, Connection, Engine, and_, exists, or_, sel
 from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import RunNotFoundError
+from bridge.service.flags import storable_text
 from bridge.service.queries import (
     EventsPage,
+    InvalidQueryError,
     PageRequest,
     RunCursor,
     RunFilters,
@@ -52,6 +54,13 @@ def run_conditions(filters: RunFilters, after: RunCursor | None) -> list[ColumnE
     return terms
 
 
+def _no_such_run_unless_storable(run_id: str) -> None:
+    """An id no store can hold names no Run, and is never sent: PostgreSQL would refuse a NUL with an error
+    where SQLite answers "not found", and neither driver can send an unpaired surrogate."""
+    if not storable_text(run_id):
+        raise RunNotFoundError(run_id)
+
+
 class SqlRunQueries:
     """RunQueries over one engine; safe to share between threads (each call takes its own connection)."""
 
@@ -59,6 +68,8 @@ class SqlRunQueries:
         self._engine = engine
 
     def list_runs(self, filters: RunFilters, page: PageRequest) -> RunsPage:
+        if page.after is not None and not storable_text(page.after.id):
+            raise InvalidQueryError("cursor", "is not a cursor this API returned")
         stmt = (select(_r).where(*run_conditions(filters, page.after))
                 .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(page.limit + 1))
         with self._read() as conn:
@@ -69,6 +80,7 @@ class SqlRunQueries:
         return RunsPage([run_view(run) for run in runs], next_cursor)
 
     def get_run(self, run_id: str) -> dict[str, Any]:
+        _no_such_run_unless_storable(run_id)
         with self._read() as conn:
             row = conn.execute(select(_r).where(_r.c.id == run_id)).mappings().first()
             if row is None:
@@ -77,6 +89,7 @@ class SqlRunQueries:
         return run_detail_view(run_from_row(row), [attempt_from_row(a) for a in attempts])
 
     def list_events(self, run_id: str, after: int, limit: int) -> EventsPage:
+        _no_such_run_unless_storable(run_id)
         stmt = (select(_e).where(_e.c.run_id == run_id, _e.c.sequence > after)
                 .order_by(_e.c.sequence).limit(limit + 1))
         with self._read() as conn:
