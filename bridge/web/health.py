@@ -17,6 +17,10 @@
     RECONCILER_OK, RECONCILER_PASS_RUNNING, RECONCILER_LAST_PASS_FAILED, RECONCILER_STALE (no pass
     started for `STALE_INTERVALS` intervals), RECONCILER_NEVER_RAN, RECONCILER_UNREADABLE,
     RECONCILER_DISABLED (no store, or no 2.x data directory to compare with).
+  - `seam` (informational): SEAM_OK, or SEAM_BYPASSED with one finding per origin whose recent 2.x
+    executions mostly never reached the bridge ("callbacks are bypassing the bridge", projections/seam.py);
+    SEAM_UNKNOWN when it cannot be read, SEAM_DISABLED as for the reconciler. Read at most every
+    `SEAM_TTL_S` seconds.
 
 The outcomes are this process's own writes (`bridge serve` is one process); another process writing to
 the same store (`bridge import-legacy`, a second replica) is judged by its own.
@@ -59,7 +63,8 @@ def readyz() -> tuple[Response, int]:
     container = current_container()
     checks = {"store": check_store(container.store),
               "upstream": check_upstream(container.http, container.settings.legacy_url),
-              "reconciler": check_reconciler(container.store, container.settings)}
+              "reconciler": check_reconciler(container.store, container.settings),
+              "seam": check_seam(container.store, container.settings)}
     ready = all(checks[name]["status"] != "error" for name in GATES)
     return _no_store(jsonify(status="ok" if ready else "degraded", **checks)), 200 if ready else 503
 
@@ -115,6 +120,29 @@ def check_reconciler(store: Store | None, settings: Settings) -> dict[str, Any]:
 
 
 _PASS_RESULTS = {"ok": ("ok", "RECONCILER_OK"), "running": ("ok", "RECONCILER_PASS_RUNNING")}
+SEAM_TTL_S = 30.0
+_seam_cache: dict[int, tuple[float, dict[str, Any]]] = {}
+
+
+def check_seam(store: Store | None, settings: Settings, now_s: float | None = None) -> dict[str, Any]:
+    """Whether recent executions reach the bridge at all, from the reconciler's `missing` findings."""
+    if store is None or settings.legacy_database_path is None:
+        return {"status": "disabled", "reason": "SEAM_DISABLED"}
+    now_s = time.time() if now_s is None else now_s
+    cached = _seam_cache.get(id(store.engine))
+    if cached is not None and now_s - cached[0] < SEAM_TTL_S:
+        return cached[1]
+    from bridge.storage.seam_queries import recent_coverage
+    from projections.seam import SEAM_WINDOW_MS, bypass_findings
+
+    try:
+        findings = bypass_findings(recent_coverage(store.engine, int(now_s * 1000) - SEAM_WINDOW_MS))
+    except Exception as exc:  # noqa: BLE001 - reported, never raised: health must answer
+        return {"status": "warn", "reason": "SEAM_UNKNOWN", "error": type(exc).__name__}
+    result: dict[str, Any] = ({"status": "warn", "reason": "SEAM_BYPASSED", "findings": [f.as_dict() for f in findings]}
+                              if findings else {"status": "ok", "reason": "SEAM_OK"})
+    _seam_cache[id(store.engine)] = (now_s, result)
+    return result
 
 
 def check_upstream(http: httpx.Client, legacy_url: str) -> dict[str, Any]:

@@ -1,0 +1,27 @@
+"""Counts behind the seam check (projections/seam.py): per origin, open `missing` mismatches and the
+shadow Runs recorded in the same recent window. Imported history is left out: it never came through
+the bridge."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, func, select
+
+from bridge.storage.schema import mismatches_table, runs_table
+from projections.seam import OriginCoverage
+
+_IMPORTED = "legacy_import"
+
+
+def recent_coverage(engine: Engine, since_ms: int) -> list[OriginCoverage]:
+    m, r = mismatches_table, runs_table
+    missing_q = (select(m.c.origin, func.count()).where(m.c.kind == "missing", m.c.resolved_at_ms.is_(None),
+                                                        m.c.last_seen_ms >= since_ms, m.c.origin.is_not(None))
+                 .group_by(m.c.origin))
+    recorded_q = (select(r.c.origin, func.count()).where(r.c.created_at_ms >= since_ms, r.c.origin.is_not(None),
+                                                         r.c.mode != _IMPORTED)
+                  .group_by(r.c.origin))
+    with engine.connect() as conn:
+        missing = {origin: count for origin, count in conn.execute(missing_q)}
+        recorded = {origin: count for origin, count in conn.execute(recorded_q)}
+    return [OriginCoverage(origin, int(missing.get(origin, 0)), int(recorded.get(origin, 0)))
+            for origin in sorted(set(missing) | set(recorded))]
