@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from bridge.domain.model import RUN_TERMINAL
 from bridge.storage.engine import READ_ONLY
@@ -53,9 +55,14 @@ class ReconcileStore:
             return {row.idempotency_key: dict(row._mapping) for row in conn.execute(stmt)}
 
     def mark_seen(self, pass_id: int, run_ids: Sequence[str]) -> None:
-        if run_ids:
+        """Note Runs a 2.x instance matched in this pass. A Run matched again is no error: 2.x opens one
+        instance per id sent (``"ids":[c, c, ...]``) and one per replayed start, in this batch or a later one."""
+        unique = sorted(set(run_ids))
+        if unique:
+            dialect_insert = postgresql_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
             with self.engine.begin() as conn:
-                conn.execute(insert(reconcile_seen_table), [{"pass_id": pass_id, "run_id": i} for i in run_ids])
+                conn.execute(dialect_insert(reconcile_seen_table).on_conflict_do_nothing(),
+                             [{"pass_id": pass_id, "run_id": i} for i in unique])
 
     def unseen_runs(self, pass_id: int, since_ms: int, until_ms: int, after: tuple[int, str],
                     limit: int) -> list[dict[str, Any]]:
