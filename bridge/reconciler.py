@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -18,6 +19,9 @@ from itertools import islice
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
+from sqlalchemy.exc import DBAPIError
+
+from bridge.domain.errors import BridgeError
 from bridge.domain.events import Actor, ActorType, EventType
 from bridge.domain.model import Mode
 from bridge.metrics import BridgeMetrics
@@ -25,8 +29,10 @@ from bridge.process_identity import ProcessHandle, ProcProbe
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.run_service import RunService
 from bridge.service.shadow import ShadowRecorder
+from bridge.storage.errors import translate_operational_error
 from bridge.storage.reconcile_queries import ReconcileStore
 from legacy_adapters.callbacks import log_path_digest
+from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader
 from legacy_adapters.schema import InstanceStatus
@@ -60,6 +66,17 @@ def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
+
+
+def failure_code(exc: BaseException) -> str:
+    """What a failed pass records: the bridge's error code, else the exception's type; never its message."""
+    if isinstance(exc, BridgeError):
+        return exc.code
+    if isinstance(exc, DBAPIError):  # SQLAlchemy's own ``code`` is a documentation link id, not a cause
+        return translate_operational_error(exc).code
+    if isinstance(exc, sqlite3.Error):  # the store's driver errors arrive wrapped: a bare one is 2.x's file
+        return LegacyDatabaseError.code
+    return type(exc).__name__
 
 
 def run_key(cron_id: int | None, pid: int | None, log_path: str | None, started_at_s: float | None) -> str:
@@ -106,17 +123,17 @@ class Reconciler:
         pass_id = self._store.open_pass(started)
         try:
             stats = self._pass(pass_id, started)
+            stats["resolved"] = self._store.resolve_unseen(started, self._clock.now_ms())
+            self._store.close_pass(pass_id, self._clock.now_ms(), "ok", None, stats)
         except Exception as exc:  # noqa: BLE001 - any failure ends this pass cleanly; the next one starts over
-            reason = getattr(exc, "code", None) or type(exc).__name__
-            log.warning("reconcile pass %d stopped: %s", pass_id, reason)
+            reason = failure_code(exc)
+            log.warning("reconcile pass %d stopped: %s (%s)", pass_id, reason, type(exc).__name__)
             self._metrics.reconcile("failed")
             try:
                 self._store.close_pass(pass_id, self._clock.now_ms(), "failed", reason, {})
             except Exception:  # noqa: BLE001 - the store itself may be what failed
                 log.warning("could not record the failed pass %d", pass_id)
             return PassResult("failed", reason)
-        stats["resolved"] = self._store.resolve_unseen(started, self._clock.now_ms())
-        self._store.close_pass(pass_id, self._clock.now_ms(), "ok", None, stats)
         self._metrics.reconcile("ok")
         return PassResult("ok", None, stats)
 
