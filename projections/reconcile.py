@@ -1,27 +1,33 @@
 """Pure reconciliation rules: a 2.x row and a shadow Run in, findings (with a DeepDiff diff) out.
 
 2.x keeps whole seconds, so times compare within a tolerance; volatile bookkeeping fields (updatedAt,
-the bridge's receipt time) never count as a difference.
+the bridge's receipt time) never count as a difference. A value no rule can judge is a finding of its own.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from deepdiff import DeepDiff
 
 from bridge.domain.model import RUN_ACTIVE
-from legacy_adapters.reader import LegacyInstance
+from legacy_adapters.errors import LegacyTimeError
+from legacy_adapters.reader import LegacyCron, LegacyInstance
 from legacy_adapters.schema import InstanceStatus
-from legacy_adapters.timeconv import ms_to_epoch_seconds
+from legacy_adapters.timeconv import MAX_EPOCH_SECONDS, epoch_seconds_to_ms, ms_to_epoch_seconds
 
 # 2.x instance status → the shadow Run status it should sit beside (legacy-2x.md 2.8).
 EXPECTED_RUN_STATUS = {InstanceStatus.FINISHED: "succeeded", InstanceStatus.ERROR: "failed",
                        InstanceStatus.STOPPED: "cancelled"}
 ACTIVE_RUN_STATUSES = frozenset(status.value for status in RUN_ACTIVE)  # the domain's list, as stored
 VOLATILE = ["root['updated_at']", "root['received_at_ms']"]
+INVALID_LEGACY_VALUE = "invalid_legacy_value"
+# A RunningInstances row without a usable one of these has no Run key and no place in any window.
+KEY_COLUMNS = frozenset({"cron_id", "started_at"})
+_INT64_LIMIT = 2**63  # SQLite INTEGER and the store's BIGINT hold [-2^63, 2^63)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +58,10 @@ def structured_diff(legacy: dict[str, Any], shadow: dict[str, Any], *, epsilon: 
 
 
 def compare_ended(instance: LegacyInstance, run: dict[str, Any], tolerance_s: int) -> list[Finding]:
-    """An ended 2.x instance against its shadow Run: status, exit code, start and finish times."""
+    """An ended 2.x instance against its shadow Run: status, exit code, start and finish times.
+
+    For a row ``instance_defects`` finds nothing in; any other row is an ``invalid_value`` finding.
+    """
     status = _instance_status(instance.status)
     expected = EXPECTED_RUN_STATUS.get(status) if status is not None else None
 
@@ -101,6 +110,60 @@ def compare_cron(cron_id: int, legacy_status: int | None, legacy_pid: int | None
         found.append(Finding("pid", cron_id, running[0]["id"], None, running[0].get("origin"),
                              structured_diff({"pid": legacy_pid}, {"pid": running[0]["pid"]})))
     return found
+
+
+def instance_defects(instance: LegacyInstance, latest_s: float) -> dict[str, str]:
+    """Columns of a RunningInstances row that no rule can judge, each with why; never the value itself.
+
+    2.x stores what Joi let through (any JS number: negative, fractional, up to 2^53) and NUMERIC affinity
+    keeps odd text, which the reader turns into None, NaN or Infinity. A start later than ``latest_s``
+    would sit in the grace window forever.
+    """
+    defects: dict[str, str] = {}
+    if instance.cron_id is None:
+        defects["cron_id"] = "no value"  # NOT NULL: the reader saw text or a fraction
+    elif not _fits_int64(instance.cron_id):
+        defects["cron_id"] = "out of range"
+    if not instance.started_at:  # NOT NULL, and 2.x writes its own clock for a 0 start: unreadable text
+        defects["started_at"] = "no value"
+    elif started := _epoch_defect(instance.started_at, "started_at", latest_s):
+        defects["started_at"] = started
+    if instance.finished_at is not None and (finished := _epoch_defect(instance.finished_at, "finished_at")):
+        defects["finished_at"] = finished
+    if _instance_status(instance.status) is None:
+        defects["status"] = "unknown"
+    if isinstance(instance.exit_code, float) and not math.isfinite(instance.exit_code):
+        defects["exit_code"] = "not finite"
+    return defects
+
+
+def cron_defects(cron: LegacyCron, latest_s: float) -> dict[str, str]:
+    """Columns of a Crontabs row the cron rules cannot judge; None or 0 in last_execution_time is "never"."""
+    last = cron.last_execution_time
+    defect = _epoch_defect(last, "last_execution_time", latest_s) if last else None
+    return {"last_execution_time": defect} if defect else {}
+
+
+def invalid_value(table: str, defects: dict[str, str], cron_id: int | None, run_id: str | None = None,
+                  instance_id: int | None = None, origin: str | None = None) -> Finding:
+    """The finding for a row with unjudgeable columns: ``{"<table>.<column>": why}``, never a value."""
+    diff = {f"{table}.{column}": why for column, why in sorted(defects.items())}
+    return Finding(INVALID_LEGACY_VALUE, cron_id if _fits_int64(cron_id) else None, run_id, instance_id, origin,
+                   diff)
+
+
+def _fits_int64(value: int | None) -> bool:
+    return isinstance(value, int) and -_INT64_LIMIT <= value < _INT64_LIMIT
+
+
+def _epoch_defect(value: int | float | None, column: str, latest_s: float = math.inf) -> str | None:
+    if type(value) is int and 0 < value <= MAX_EPOCH_SECONDS and value <= latest_s:
+        return None  # the usual whole second, without the exact conversion's cost on every row of a pass
+    try:
+        epoch_seconds_to_ms(value, field=column)
+    except LegacyTimeError as exc:
+        return exc.reason
+    return "in the future" if value is not None and value > latest_s else None
 
 
 def _agree(legacy: dict[str, Any], shadow: dict[str, Any], epsilon: float) -> bool:

@@ -28,7 +28,7 @@ _TERMINAL = tuple(s.value for s in RUN_TERMINAL)
 _COMPARED_OWNERS = ("legacy", "bridge")
 _ADVISORY_KEY = 0x716C6272  # "qlbr": one lock id for the reconciler across replicas
 RECONCILER_KINDS = ("missing", "orphan", "duplicate", "stuck", "active_state", "pid", "terminal_status",
-                    "exit_code", "start_time", "finish_time")
+                    "exit_code", "start_time", "finish_time", "invalid_legacy_value")
 
 
 class ReconcileStore:
