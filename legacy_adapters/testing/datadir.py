@@ -6,10 +6,14 @@ Part of the 2.x test double: it follows legacy-2x.md (2.3-2.9) and never touches
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
+import signal
 import sqlite3
 import string
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -143,6 +147,42 @@ class LegacyDataDir:
     def instance_rows(self, cron_id: int) -> list[dict[str, Any]]:
         """The raw RunningInstances rows of a cron in id order."""
         return self.query("SELECT * FROM RunningInstances WHERE cron_id = ? ORDER BY id", (cron_id,))
+
+    def leave_hot_journal(self, rows: int = 400) -> Path:
+        """Kill a 2.x-like writer (SIGKILL, in a child process) in the middle of a large write transaction.
+
+        Its small page cache spills uncommitted pages into database.sqlite before it dies, so the rollback
+        journal left behind is hot: the file is only consistent again once a connection with write access
+        has rolled it back (2.x's next access does). Returns the journal's path.
+        """
+        script = (
+            "import sqlite3, sys, time\n"
+            "conn = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "conn.execute('PRAGMA cache_size=1')\n"
+            "conn.execute('BEGIN IMMEDIATE')\n"
+            "conn.execute(\"UPDATE Crontabs SET command = command || ' ' || hex(randomblob(64))\")\n"
+            "conn.executemany(\"INSERT INTO Crontabs (name, command, schedule, createdAt, updatedAt) VALUES "
+            "(?, hex(randomblob(300)), '0 * * * *', '', '')\", [(f'filler {i}',) for i in range(int(sys.argv[2]))])\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n"
+        )
+        child = subprocess.Popen([sys.executable, "-c", script, str(self.database_path), str(rows)],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+        journal = self.database_path.with_name(self.database_path.name + "-journal")
+        assert journal.is_file() and journal.stat().st_size > 0, "the killed writer left no journal"
+        return journal
+
+    def roll_back_hot_journal(self) -> None:
+        """What 2.x's next access does: a connection with write access reads, and SQLite rolls the journal back."""
+        with closing(connect(self.database_path)) as conn:
+            conn.execute("SELECT count(*) FROM Crontabs").fetchone()
 
     def write_keyv(self, key: str, value: Any) -> None:
         """Store ``value`` under ``keyv:<key>`` the way Keyv does (a value/expires envelope)."""
