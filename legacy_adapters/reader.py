@@ -1,6 +1,7 @@
 """Read-only access to 2.x's ``data/db/database.sqlite``, tolerant of installs older than v2.21.0.
 
-Also detects the 2.x scheduler mode (legacy-2x.md 1.3).
+Also names the state the file is in when it cannot be read (``DatabaseState``) and detects the 2.x scheduler
+mode (legacy-2x.md 1.3).
 """
 
 from __future__ import annotations
@@ -9,16 +10,18 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 from legacy_adapters.errors import LegacyDatabaseError
-from legacy_adapters.schema import CRONTABS_SENTINEL_COLUMNS
+from legacy_adapters.schema import CRONTABS_SENTINEL_COLUMNS, format_updated_at
 
 # 2.x sets no busy_timeout and retries SQLITE_BUSY itself; a reader must never hold the
 # rollback-journal SHARED lock long, so it waits briefly and reads in short statements.
@@ -55,6 +58,83 @@ _CRON_COLUMNS = {  # field -> Crontabs column
     "updated_at": "updatedAt",
 }
 _INSTANCE_COLUMNS = ("id", "cron_id", "pid", "log_path", "started_at", "finished_at", "status", "exit_code")
+# How long before (and, for clock steps, after) a given moment 2.x may have inserted the instance row of an
+# execution, and how many ids one lookup reads at most (about 50 executions a second for the whole window).
+INSTANCE_LOOKBACK_S = 600
+INSTANCE_LOOKAHEAD_S = 60
+INSTANCE_SCAN_IDS = 30_000
+
+
+class DatabaseState(StrEnum):
+    """What 2.x's database is, as the bridge sees it; each value is a stable code (error reason, metric label).
+
+    Only the foreign states may stop the bridge: a database that is positively something else. Every other
+    state passes (a killed writer, a restore, 2.x's first boot): the bridge keeps forwarding and reads again.
+    """
+
+    OK = "ok"
+    LOCKED = "locked"  # another connection holds the lock longer than the busy timeout
+    HOT_JOURNAL = "hot_journal"  # a writer died mid-transaction: only a connection with write access rolls it back
+    MISSING = "missing"  # no file at the path
+    EMPTY = "empty"  # an SQLite file without a single table: emptied, or 2.x has not created its tables yet
+    UNREADABLE = "unreadable"  # there, but it cannot be opened or read (permissions, not a regular file, I/O)
+    CORRUPT = "corrupt"  # an SQLite file that is truncated or malformed
+    READ_ONLY = "read_only"  # readable, but it takes no writes (the projector's view of a read-only mount)
+    NOT_LEGACY = "not_legacy"  # foreign: an SQLite database without 2.x's Crontabs table, or not SQLite at all
+    UNSUPPORTED = "unsupported"  # foreign: a 2.x database a QingLong 3.0 migration has already changed
+
+
+FOREIGN_STATES = frozenset({DatabaseState.NOT_LEGACY, DatabaseState.UNSUPPORTED})
+TRANSIENT_STATES = frozenset(DatabaseState) - FOREIGN_STATES - {DatabaseState.OK}
+_STATE_DETAIL = {
+    DatabaseState.LOCKED: "another connection holds its lock",
+    DatabaseState.HOT_JOURNAL: "a writer died mid-transaction and left a hot rollback journal; it reads again once "
+                               "a connection with write access (2.x's next one) has rolled it back",
+    DatabaseState.MISSING: "no such file",
+    DatabaseState.EMPTY: "it holds no table: emptied, or 2.x has not created its tables yet",
+    DatabaseState.UNREADABLE: "it cannot be opened or read",
+    DatabaseState.CORRUPT: "truncated or malformed",
+    DatabaseState.READ_ONLY: "attempt to write a readonly database",
+    DatabaseState.NOT_LEGACY: "not an SQLite database with 2.x's Crontabs(id, command, schedule) table",
+}
+# sqlite3 result codes (sqlite3.h). 776 is SQLITE_READONLY_ROLLBACK: a hot journal a read-only connection met.
+_BUSY, _LOCKED, _CORRUPT, _CANTOPEN, _NOTADB, _READONLY_ROLLBACK = 5, 6, 11, 14, 26, 776
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def database_state(path: str | os.PathLike[str], exc: sqlite3.Error) -> DatabaseState:
+    """The state an SQLite error raised while reading or writing ``path`` reveals."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    if code == _READONLY_ROLLBACK:
+        return DatabaseState.HOT_JOURNAL
+    if primary in (_BUSY, _LOCKED) or "database is locked" in str(exc).lower():
+        return DatabaseState.LOCKED
+    if primary == _CORRUPT:
+        return DatabaseState.CORRUPT
+    if primary == _NOTADB:
+        return _not_a_database(Path(path))
+    if primary == _CANTOPEN and not os.path.lexists(path):
+        return DatabaseState.MISSING
+    return DatabaseState.UNREADABLE
+
+
+def _not_a_database(path: Path) -> DatabaseState:
+    """SQLite refused the file: foreign only when its first bytes are positively something else.
+
+    Read only once SQLite has refused the file, so no connection of this process holds a lock on it (closing
+    any descriptor of a file drops the process's POSIX locks on it).
+    """
+    try:
+        with path.open("rb") as file:
+            head = file.read(16)
+    except FileNotFoundError:
+        return DatabaseState.MISSING
+    except OSError:
+        return DatabaseState.UNREADABLE
+    if len(head) < len(_SQLITE_MAGIC) or not head.strip(b"\0") or head == _SQLITE_MAGIC:
+        return DatabaseState.CORRUPT  # cut inside the header, zeroed, or an SQLite header with broken fields
+    return DatabaseState.NOT_LEGACY
 
 
 @dataclass(frozen=True)
@@ -220,17 +300,23 @@ class LegacyReader:
 
     def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         # One statement = one implicit read transaction, released before rows are used.
+        with self._connection() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for a few autocommit statements: none holds a lock once it has returned its rows."""
         if not self._keep:
             with closing(self._connect()) as conn:
-                return conn.execute(sql, params).fetchall()
+                yield conn
+            return
         file_id, conn = self._checkout()
         try:
-            rows = conn.execute(sql, params).fetchall()
+            yield conn
         except BaseException:
             conn.close()
             raise
         self._checkin(file_id, conn)
-        return rows
 
     def _checkout(self) -> tuple[tuple[int, int] | None, sqlite3.Connection]:
         try:
@@ -320,21 +406,85 @@ class LegacyReader:
         rows = self._fetch(f"{select} WHERE cron_id = ? ORDER BY started_at DESC, id DESC LIMIT ?", (cron_id, limit))
         return [_instance_from_row(dict(row)) for row in rows]
 
-    def check_is_legacy_database(self) -> None:
-        """Raises LegacyDatabaseError unless the file is a 2.x database (sentinel Crontabs table)."""
-        if not self.path.is_file():
-            raise LegacyDatabaseError(str(self.path), "missing")
+    def instances_inserted_near(self, cron_id: int, pid: int | None, at_ms: int, *,
+                                lookback_s: int = INSTANCE_LOOKBACK_S,
+                                max_ids: int = INSTANCE_SCAN_IDS) -> list[LegacyInstance]:
+        """Instances of ``cron_id`` with ``pid`` (NULL matches NULL) that 2.x inserted between ``lookback_s``
+        before and INSTANCE_LOOKAHEAD_S after ``at_ms``, newest first, reading at most ``max_ids`` ids.
+
+        RunningInstances has no index but its primary key (legacy-2x.md 2.4) and is never pruned, and the bridge
+        adds nothing to 2.x's schema. 2.x stamps ``createdAt`` as it inserts, so ids follow ``createdAt``: binary
+        searches over the key find the ids inserted at the window's two ends, and only the ids between are read,
+        through the key. However many instances the cron has had since, one lookup stays this size.
+        """
+        select = self._select("RunningInstances", _INSTANCE_COLUMNS)
+        if select is None:
+            return []
+        with self._connection() as conn:
+            top = conn.execute('SELECT max(id) FROM "RunningInstances"').fetchone()[0]
+            if top is None:
+                return []
+            if "createdAt" in self.columns("RunningInstances"):
+                first = self._first_id_since(conn, int(top), format_updated_at(at_ms - lookback_s * 1000))
+                after = self._first_id_since(conn, int(top), format_updated_at(at_ms + INSTANCE_LOOKAHEAD_S * 1000))
+            else:  # not 2.x's own table: the newest ids only
+                first, after = max(0, int(top) + 1 - max_ids), int(top) + 1
+            rows = conn.execute(f'{select} WHERE id >= ? AND id < ? AND cron_id = ? AND "pid" IS ? ORDER BY id DESC',
+                                (first, min(after, first + max_ids), cron_id, pid)).fetchall()
+        return [_instance_from_row(dict(row)) for row in rows]
+
+    @staticmethod
+    def _first_id_since(conn: sqlite3.Connection, top: int, stamp: str) -> int:
+        """The lowest id whose createdAt is at or after ``stamp`` (2.x's on-disk text sorts in time order), or
+        ``top + 1`` when there is none."""
+        low, high = 0, top + 1
+        while low < high:  # each probe is one lookup through the key, about log2(ids) of them
+            mid = (low + high) // 2
+            row = conn.execute('SELECT id, "createdAt" FROM "RunningInstances" WHERE id >= ? ORDER BY id LIMIT 1',
+                               (mid,)).fetchone()
+            if row is None or (row[1] is not None and str(row[1]) >= stamp):
+                high = mid
+            else:
+                low = int(row[0]) + 1
+        return low
+
+    def state(self) -> DatabaseState:
+        """What 2.x's database is right now (OK, or why it cannot be read); never raises, never cached."""
         try:
-            crontabs = self.columns("Crontabs")
-            foreign = [t for t in _THREE_ZERO_TABLES if self.has_table(t)]
-        except sqlite3.DatabaseError as exc:
-            raise LegacyDatabaseError(str(self.path), "not_legacy", str(exc)) from exc
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            return DatabaseState.MISSING
+        except OSError:
+            return DatabaseState.UNREADABLE
+        if not stat.S_ISREG(status.st_mode):
+            return DatabaseState.UNREADABLE
+        try:
+            with self._connection() as conn:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                crontabs = {row[0] for row in conn.execute("SELECT name FROM pragma_table_info('Crontabs')")}
+        except sqlite3.Error as exc:
+            return self.state_of(exc)
         if not CRONTABS_SENTINEL_COLUMNS <= crontabs:
-            raise LegacyDatabaseError(str(self.path), "not_legacy", "no Crontabs(id, command, schedule) table")
-        if foreign:
-            raise LegacyDatabaseError(
-                str(self.path), "unsupported", "already holds QingLong 3.0 tables: " + ", ".join(foreign)
-            )
+            # Nothing at all is no evidence of something else: a file emptied by a crash, or 2.x's first boot.
+            return DatabaseState.EMPTY if not tables else DatabaseState.NOT_LEGACY
+        if tables & set(_THREE_ZERO_TABLES):
+            return DatabaseState.UNSUPPORTED
+        return DatabaseState.OK
+
+    def state_of(self, exc: sqlite3.Error) -> DatabaseState:
+        """The state an SQLite error from one of this reader's reads reveals."""
+        return database_state(self.path, exc)
+
+    def check_is_legacy_database(self) -> None:
+        """Raises LegacyDatabaseError, its ``reason`` a DatabaseState value, unless 2.x's database reads as such."""
+        state = self.state()
+        if state is DatabaseState.OK:
+            return
+        if state is DatabaseState.UNSUPPORTED:
+            foreign = [t for t in _THREE_ZERO_TABLES if self.has_table(t)]
+            raise LegacyDatabaseError(str(self.path), state.value,
+                                      "already holds QingLong 3.0 tables: " + ", ".join(foreign))
+        raise LegacyDatabaseError(str(self.path), state.value, _STATE_DETAIL[state])
 
 
 def detect_scheduler_mode(environ: Mapping[str, str] | None = None) -> Literal["system", "node"]:
