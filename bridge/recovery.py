@@ -1,16 +1,19 @@
 """Startup recovery (ADR-0001 13.1–13.2): every non-terminal shadow Run is checked against evidence.
 
-2.x's own instance row says how the execution ended; while it still says running, only the recorded
-process identity (boot id, start ticks, process group) can prove the shell alive. Proven running stays
-running (`run.reconciled`), proven ended is completed, anything unprovable becomes `lost` with its reason.
-Never a bulk reset, never a signal.
+2.x's own instance row, found by the execution's identity (cron id, pid, log path, begin second), says how
+the execution ended; while it still says running, only the recorded process identity (boot id, start
+ticks, process group) can prove the shell alive. Proven running stays running (`run.reconciled`), proven
+ended is completed or cancelled with 2.x's facts, anything unprovable becomes `lost` with its reason. A 2.x
+database that cannot be read proves nothing: those Runs are left as they are (`deferred:<state>`) for the
+next call. Never a bulk reset, never a signal; safe to call at every process start, and again later.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
 from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
@@ -19,6 +22,7 @@ from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import ShadowRecorder
 from bridge.storage.reconcile_queries import ReconcileStore, active_legacy_runs
 from legacy_adapters.callbacks import log_path_digest
+from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.reader import LegacyInstance, LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
@@ -26,25 +30,47 @@ from legacy_adapters.timeconv import epoch_seconds_to_ms
 log = logging.getLogger("bridge.recovery")
 RECONCILER = Actor(ActorType.RECONCILER)
 PAGE = 64  # runs per page (ADR-0448)
-INSTANCES_PER_CRON = 8
+
+
+class RecoveryMetrics(Protocol):
+    def legacy_database_unavailable(self, state: str, use: str) -> None: ...
 
 
 def recover_on_startup(store: ReconcileStore, runs: RunService, reader: LegacyReader,
-                       probe: ProcProbe | None = None, *, max_pages: int = 32) -> Counter[str]:
-    """Check each non-terminal legacy-owned Run once; returns how many ended in each outcome."""
+                       probe: ProcProbe | None = None, *, max_pages: int = 32,
+                       metrics: RecoveryMetrics | None = None) -> Counter[str]:
+    """Check each non-terminal legacy-owned Run once; returns how many ended in each outcome.
+
+    Never raises for 2.x's database: Runs it cannot read for are counted as ``deferred:<state>`` (the
+    DatabaseState code) and left untouched, so calling it again once 2.x's database reads settles them.
+    """
     probe = probe or ProcProbe()
     outcomes: Counter[str] = Counter()
     cursor: tuple[int, str] = (-1, "")
+    unavailable: str | None = None  # once 2.x's database failed a read, this call reads it no more
     for _ in range(max_pages):
         page = active_legacy_runs(store, cursor, PAGE)
         if not page:
             break
         for run in page:
-            outcomes[_recover(run, runs, reader, probe)] += 1
+            if unavailable is None:
+                try:
+                    outcomes[_recover(run, runs, reader, probe)] += 1
+                    continue
+                except (LegacyDatabaseError, sqlite3.Error) as exc:
+                    unavailable = _state(reader, exc)
+                    log.warning("startup recovery deferred: 2.x's database is %s", unavailable)
+                    if metrics is not None:
+                        metrics.legacy_database_unavailable(unavailable, "recovery")
+            outcomes[f"deferred:{unavailable}"] += 1
         cursor = (page[-1]["created_at_ms"], page[-1]["id"])
     if outcomes:
         log.info("startup recovery: %s", dict(outcomes))
     return outcomes
+
+
+def _state(reader: LegacyReader, exc: LegacyDatabaseError | sqlite3.Error) -> str:
+    return exc.reason if isinstance(exc, LegacyDatabaseError) else str(reader.state_of(exc))
 
 
 def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe: ProcProbe) -> str:
@@ -66,13 +92,22 @@ def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe:
 
 
 def _evidence(run: dict[str, Any], reader: LegacyReader) -> LegacyInstance | None:
-    """The 2.x instance row of this execution: same pid, same log digest, same begin second."""
-    for instance in reader.instances_for_cron(run["legacy_cron_id"], INSTANCES_PER_CRON):
-        started = epoch_seconds_to_ms(instance.started_at, field="started_at") if instance.started_at else None
-        if (instance.pid == run["legacy_pid"] and log_path_digest(instance.log_path) == run["log_ref"]
-                and started == run["started_at_ms"]):
-            return instance
-    return None
+    """The 2.x instance row of this execution: same cron and pid, same log digest, same begin second.
+
+    Looked up by that identity among the rows 2.x inserted shortly before the shadow Run was created (2.x
+    answers the start callback before the bridge records it), never among a cron's newest rows only: the cron
+    may have run any number of times since. Duplicate start callbacks give 2.x duplicate rows, and its end
+    closes them all; a row 2.x has closed is the better evidence.
+    """
+    found = [instance for instance in reader.instances_inserted_near(run["legacy_cron_id"], run["legacy_pid"],
+                                                                     run["created_at_ms"])
+             if log_path_digest(instance.log_path) == run["log_ref"] and _started_ms(instance) == run["started_at_ms"]]
+    closed = [instance for instance in found if instance.status != InstanceStatus.RUNNING]
+    return (closed or found or [None])[0]
+
+
+def _started_ms(instance: LegacyInstance) -> int | None:
+    return epoch_seconds_to_ms(instance.started_at, field="started_at") if instance.started_at else None
 
 
 def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -> str:

@@ -1,0 +1,101 @@
+"""A 2.x double with its files, a shadow store and the real interceptor in-process: the world of the tests of
+2.x's database in a bad state and of startup recovery."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+
+from bridge.demo import ALL_ORIGINS
+from bridge.interception import ShadowInterceptor
+from bridge.metrics import BridgeMetrics
+from bridge.service.clock import SystemClock
+from bridge.service.ports import StaticModes
+from bridge.service.run_service import RunService
+from bridge.service.shadow import ShadowRecorder
+from bridge.storage.reconcile_queries import ReconcileStore
+from legacy_adapters.callbacks import log_path_digest, render_status_body
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from legacy_adapters.testing.double import Legacy2xDouble
+from tests.conftest import Backend
+
+NOW = int(time.time())
+BEGIN = NOW - 3600 - NOW % 3600 + 1  # matches "0 * * * *"
+
+
+@dataclass
+class World:
+    data: LegacyDataDir
+    runs: RunService
+    store: ReconcileStore
+    metrics: BridgeMetrics
+    interceptor: ShadowInterceptor
+    http: httpx.Client
+
+    def via_bridge(self, body: bytes) -> int:
+        prepared = self.interceptor.before_forward("/open/crons/status", body)
+        status = self.http.put("/open/crons/status", content=body,
+                               headers={"Authorization": f"Bearer {self.data.system_token}",
+                                        "Content-Type": "application/json"}).status_code
+        self.interceptor.after_forward(prepared, status)
+        return status
+
+    def direct(self, body: bytes, path: str = "/open/crons/status") -> int:
+        """Straight to 2.x: what the bridge never saw."""
+        return self.http.put(path, content=body, headers={"Authorization": f"Bearer {self.data.system_token}",
+                                                          "Content-Type": "application/json"}).status_code
+
+    def legacy(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        """A write into 2.x's database behind everyone's back."""
+        with closing(sqlite3.connect(self.data.database_path)) as conn, conn:
+            conn.execute(sql, params)
+
+    def run_row(self, cron_id: int, pid: int, log: str, begin: int = BEGIN) -> dict[str, Any] | None:
+        found = self.store.runs_by_keys([f"legacy:{cron_id}:{pid}:{log_path_digest(log)}:{begin * 1000}"])
+        return next(iter(found.values()), None)
+
+    def run(self, cron_id: int, pid: int, log: str) -> tuple[str, bool] | None:
+        found = self.store.runs_by_keys([f"legacy:{cron_id}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}"])
+        if not found:
+            return None
+        (row,) = found.values()
+        run = self.runs.get_run(row["id"])
+        return run.status.value, run.synthesized
+
+    def unavailable(self, state: str, use: str = "shadow") -> float:
+        return self.metrics.value("legacy_database_unavailable_total", state=state, use=use)
+
+
+@pytest.fixture
+def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
+    data = create_legacy_data_dir(tmp_path / "ql")
+    for i in range(30):
+        data.add_cron(f"filler {i}", f"task filler{i}.sh", "0 * * * *")
+    runs = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+    metrics = BridgeMetrics()
+    interceptor = ShadowInterceptor(ShadowRecorder(runs), LegacyReader(data.database_path, keep_connections=2),
+                                    StaticModes(frozenset(ALL_ORIGINS.split(","))), metrics, SystemClock(),
+                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"))
+    with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
+        yield World(data, runs, ReconcileStore(sql_backend.engine), metrics, interceptor, http)
+    interceptor.close()
+
+
+def start(cron_id: int, pid: int, log: str, begin: int = BEGIN) -> bytes:
+    return render_status_body(cron_id, 0, pid, log, begin)
+
+
+def end(cron_id: int, pid: int, log: str, exit_code: int | None = 0, begin: int = BEGIN) -> bytes:
+    return render_status_body(cron_id, 1, pid, log, begin, 3, exit_code)
+
+

@@ -1,0 +1,100 @@
+"""Startup recovery finds a Run's 2.x instance by the execution's own identity, however many instances the cron
+has had since, and takes 2.x's terminal facts instead of guessing."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from contextlib import closing
+from typing import Any
+
+from bridge.recovery import recover_on_startup
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.schema import InstanceStatus
+from tests.integration import legacy_world
+from tests.integration.legacy_world import BEGIN, World, end, start
+
+world = legacy_world.world  # the fixture
+
+
+def recover(world: World, reader: LegacyReader | None = None) -> dict[str, int]:
+    return dict(recover_on_startup(world.store, world.runs, reader or LegacyReader(world.data.database_path)))
+
+
+def newer_executions(world: World, cron: int, count: int = 10) -> None:
+    """Executions of the same cron that 2.x ran after, while the bridge was down."""
+    for i in range(count):
+        pid, log, begin = 5000 + i, f"later/{i}.log", BEGIN + 60 * (i + 1)
+        assert world.direct(start(cron, pid, log, begin)) == 200
+        assert world.direct(end(cron, pid, log, 0, begin)) == 200
+
+
+def test_a_run_2x_finished_while_the_bridge_was_down_is_completed_with_2xs_facts_after_ten_newer_runs(
+        world: World) -> None:
+    cron = world.data.add_cron("busy cron", "task busy.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 61, "first.log")) == 200
+    assert world.direct(end(cron, 61, "first.log", exit_code=4)) == 200  # the bridge died before it saw this
+    newer_executions(world, cron)
+    (instance,) = [i for i in world.data.instance_rows(cron) if i["pid"] == 61]
+    assert len(world.data.instance_rows(cron)) == 11 and instance["status"] == InstanceStatus.ERROR
+
+    assert recover(world) == {"completed": 1}
+
+    row = world.run_row(cron, 61, "first.log")
+    assert row is not None
+    assert (row["status"], row["attempt_status"], row["exit_code"]) == ("failed", "failed", 4)
+    assert row["finished_at_ms"] == instance["finished_at"] * 1000
+    assert recover(world) == {}
+
+
+def test_a_run_2x_stopped_while_the_bridge_was_down_is_cancelled_after_ten_newer_runs(world: World) -> None:
+    cron = world.data.add_cron("stopped cron", "task stopped.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 62, "stopped.log")) == 200
+    assert world.direct(f"[{cron}]".encode(), "/open/crons/stop") == 200
+    newer_executions(world, cron)
+
+    assert recover(world) == {"cancelled": 1}
+    row = world.run_row(cron, 62, "stopped.log")
+    assert row is not None and (row["status"], row["attempt_status"]) == ("cancelled", "cancelled")
+
+
+def test_a_run_2x_never_heard_of_is_still_lost_and_a_neighbour_of_the_same_pid_is_not_taken_for_it(
+        world: World) -> None:
+    cron = world.data.add_cron("pid reuse", "task reuse.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 63, "mine.log")) == 200
+    world.legacy("DELETE FROM RunningInstances WHERE cron_id = ? AND pid = 63", (cron,))  # 2.x lost it
+    assert world.direct(start(cron, 63, "other.log", BEGIN + 5)) == 200  # the same pid, another execution
+    assert world.direct(end(cron, 63, "other.log", 0, BEGIN + 5)) == 200
+
+    assert recover(world) == {"lost:no_legacy_instance": 1}
+    row = world.run_row(cron, 63, "mine.log")
+    assert row is not None and row["status"] == "lost"
+
+
+class Statements(LegacyReader):
+    """A reader that keeps the text of every statement it runs against 2.x's database."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.statements: list[str] = []
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = super()._connect()
+        conn.set_trace_callback(self.statements.append)
+        return conn
+
+
+def test_the_instance_is_looked_up_through_the_primary_key_never_by_scanning_2xs_table(world: World) -> None:
+    cron = world.data.add_cron("plan", "task plan.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 64, "plan.log")) == 200
+    assert world.direct(end(cron, 64, "plan.log")) == 200
+    reader = Statements(world.data.database_path)
+
+    assert recover(world, reader) == {"completed": 1}
+
+    reads = {s for s in reader.statements if "RunningInstances" in s and s.lstrip().upper().startswith("SELECT")}
+    plans: Counter[str] = Counter()
+    with closing(sqlite3.connect(world.data.database_path)) as conn:
+        for sql in reads:
+            plans.update(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+    assert plans and not [p for p in plans if p.startswith("SCAN") and "RunningInstances" in p], plans
