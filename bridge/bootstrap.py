@@ -130,12 +130,23 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
 
 
 def _legacy_reader(settings: Settings, keep_connections: int = 0) -> Any:
-    from legacy_adapters.reader import LegacyReader
+    """A reader of 2.x's database. Raises LegacyDatabaseError only when the file is positively something else;
+    in any other state (locked, hot journal, missing, damaged) it is built, and reads again later."""
+    import logging
+
+    from legacy_adapters.errors import LegacyDatabaseError
+    from legacy_adapters.reader import FOREIGN_STATES, LegacyReader
 
     if settings.legacy_database_path is None:
         raise ConfigError("BRIDGE_LEGACY_DATA_DIR", "is required to compare with 2.x")
     reader = LegacyReader(settings.legacy_database_path, keep_connections=keep_connections)
-    reader.check_is_legacy_database()
+    try:
+        reader.check_is_legacy_database()
+    except LegacyDatabaseError as exc:
+        if exc.reason in FOREIGN_STATES:
+            raise
+        logging.getLogger("bridge.legacy").warning(
+            "%s: %s; forwarding goes on and recording resumes once it reads again", exc.code, exc.message)
     return reader
 
 

@@ -7,7 +7,9 @@ failure is counted and logged, and 2.x's answer goes back unchanged either way. 
 open Runs are read in the lane while 2.x answers (a read-only transaction that ends before the write
 begins), so only the write waits for the 2xx. Primary (fail-closed):
 for an execution the bridge owns it returns a LocalAnswer instead, and nothing is forwarded. Logs carry
-error codes only — never bodies, tokens, commands or paths.
+error codes only — never bodies, tokens, commands or paths. A 2.x database that cannot be read (locked,
+hot journal, missing, damaged) never stops a callback: each failed read is counted by its state, the
+state is logged when it changes, and the next callback reads again.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from legacy_adapters.callbacks import (
     parse_status_body,
     validate_id_array,
 )
-from legacy_adapters.errors import LegacyCallbackParseError
+from legacy_adapters.errors import LegacyCallbackParseError, LegacyDatabaseError
 from legacy_adapters.identity import task_id, task_revision
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer_start_origin
 from legacy_adapters.reader import LegacyCron, LegacyReader
@@ -93,6 +95,7 @@ class ShadowInterceptor:
         # Where every read is a round trip (PostgreSQL), an end's open Runs are read while 2.x answers, so
         # only the write is left once it has: the write still goes only after a 2xx, in its own transaction.
         self._read_ahead = read_ahead
+        self._legacy_state: str | None = None  # why 2.x's database could not be read last time, if it could not
 
     def before_forward(self, path: str, body: bytes, headers: Mapping[str, str] | None = None) -> Prepared | None:
         if not self._modes.any_enabled() and not (self._primary and self._primary.owns_active_runs()):
@@ -117,11 +120,10 @@ class ShadowInterceptor:
         before, unreadable = {}, set()
         for cron_id in ids:
             try:
-                before[cron_id] = self._reader.get_cron(cron_id)
-            except (BridgeError, sqlite3.Error) as exc:
+                before[cron_id] = self._read_cron(cron_id)
+            except LegacyDatabaseError:
                 before[cron_id] = None
                 unreadable.add(cron_id)
-                log.warning("could not read 2.x's Crontabs row: %s", getattr(exc, "code", type(exc).__name__))
         prepared = PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None,
                                     frozenset(unreadable))
         return self._answer_if_primary(path, prepared, headers) or prepared
@@ -235,6 +237,8 @@ class ShadowInterceptor:
                                          _read_ahead_result(prepared.read_ahead))
 
     def _context_for_finish_only(self, cron_id: int, callback: StatusCallback) -> ExecutionContext | None:
+        # Unreadable, the end cannot be back-filled: LegacyDatabaseError rolls the write back and is counted
+        # as legacy_unreadable; the reconciler finds the execution missing once 2.x's database reads again.
         cron = self._read_cron(cron_id)
         if cron is None:
             self._metrics.callback_unmatched(None, "unmatched")
@@ -255,12 +259,23 @@ class ShadowInterceptor:
                                 mode=mode.value, executor_handle=shell_handle)
 
     def _read_cron(self, cron_id: int) -> LegacyCron | None:
+        """2.x's Crontabs row (None: 2.x has no such cron). Raises LegacyDatabaseError, its reason the
+        database's state, when it cannot be read; the failure is counted and a new state logged."""
         try:
-            return self._reader.get_cron(cron_id)
+            cron = self._reader.get_cron(cron_id)
         except (BridgeError, sqlite3.Error) as exc:
-            code = getattr(exc, "code", type(exc).__name__)
-            log.warning("could not read 2.x's Crontabs row: %s", code)
-            return None
+            state = self._reader.state_of(exc) if isinstance(exc, sqlite3.Error) else getattr(exc, "reason", "")
+            state = str(state or "unreadable")
+            self._metrics.legacy_database_unavailable(state, "shadow")
+            if state != self._legacy_state:
+                self._legacy_state = state
+                log.warning("2.x's database is %s: callbacks are still forwarded, a start's Crontabs row is not "
+                            "read and its end back-fills the Run", state)
+            raise LegacyDatabaseError(str(self._reader.path), state) from exc
+        if self._legacy_state is not None:
+            log.warning("2.x's database reads again (it was %s)", self._legacy_state)
+            self._legacy_state = None
+        return cron
 
     def _count(self, result: ShadowResult) -> None:
         if result.outcome in (Outcome.STARTED, Outcome.BACKFILLED):
@@ -309,6 +324,6 @@ def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int, *,
 
 def _error_label(exc: BridgeError) -> str:
     return {"STORE_BUSY": "store_busy", "STORE_UNAVAILABLE": "store_unavailable",
-            "RUN_VERSION_CONFLICT": "conflict", "ATTEMPT_CONFLICT": "conflict",
+            "LEGACY_DATABASE": "legacy_unreadable", "RUN_VERSION_CONFLICT": "conflict", "ATTEMPT_CONFLICT": "conflict",
             "INVALID_LEGACY_TIME": "invalid", "PAYLOAD_INVALID": "invalid",
             "INVALID_RUN_TRANSITION": "invalid", "INVALID_ATTEMPT_TRANSITION": "invalid"}.get(exc.code, "internal")

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 
 from bridge.domain.events import EventType, RunEvent
 from bridge.domain.model import AttemptStatus, Mode, Origin, RunStatus
+from legacy_adapters.reader import DatabaseState
 
 _STATUSES = frozenset(s.value for s in RunStatus) | frozenset(s.value for s in AttemptStatus)
 _ORIGINS = frozenset(o.value for o in Origin) | {"unknown"}
@@ -26,6 +27,8 @@ _PROJECTIONS = frozenset({"crontab_status", "crontab_pid", "running_instance", "
 _KINDS = frozenset({"unmatched", "ambiguous", "start", "end", "duplicate", "late"})
 _MODES = frozenset(m.value for m in Mode)
 _CALLBACK_PATHS = frozenset({"/open/crons/status", "/api/crons/status", "/open/crons/stop", "/api/crons/stop"})
+_LEGACY_STATES = frozenset(s.value for s in DatabaseState) - {DatabaseState.OK.value}
+_LEGACY_USES = frozenset({"shadow", "projection", "recovery"})
 
 
 def bounded(value: str | None, allowed: Iterable[str]) -> str:
@@ -56,6 +59,8 @@ class BridgeMetrics:
         self._callbacks = Counter("legacy_callback_total", "Status callbacks seen", ["kind", "mode"], registry=r)
         self._oversize = Counter("callback_body_oversize_total", "Status callbacks over the body cap: forwarded "
                                  "to 2.x, neither parsed nor recorded", ["path"], registry=r)
+        self._legacy_db = Counter("legacy_database_unavailable_total", "Reads or writes of 2.x's database that met it "
+                                  "locked, hot-journaled, missing, damaged or foreign", ["state", "use"], registry=r)
         self.forward_seconds = Histogram("bridge_forward_seconds", "Time to forward a request to 2.x",
                                          registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1, 5))
         self.shadow_write_seconds = Histogram("shadow_write_seconds", "Time of one shadow write", registry=r,
@@ -101,6 +106,9 @@ class BridgeMetrics:
 
     def callback_body_oversize(self, path: str) -> None:
         self._oversize.labels(bounded(path, _CALLBACK_PATHS)).inc()
+
+    def legacy_database_unavailable(self, state: str, use: str) -> None:
+        self._legacy_db.labels(bounded(state, _LEGACY_STATES), bounded(use, _LEGACY_USES)).inc()
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of one sample (0 when absent); for tests and `bridge status`."""
