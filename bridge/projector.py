@@ -1,7 +1,9 @@
 """The projector wired up: a daemon thread that drains the projection outbox into 2.x, plus CLI helpers.
 
 Composition level: this module builds SqlOutbox and LegacyStatusWriter and hands them to the pure
-Projector. ``notify()`` after a primary commit wakes it at once; otherwise it polls every interval.
+Projector. ``notify()`` after a primary commit wakes it at once; otherwise it polls every interval. While
+2.x's database cannot take the projection (locked, hot journal, missing, damaged, foreign) the thread is
+halted: it names the state once, counts every halted pass, leaves the rows pending and tries again.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ from bridge.domain.errors import BridgeError
 from bridge.service.clock import SystemClock
 from bridge.service.ports import Clock
 from bridge.storage.outbox import SqlOutbox
+from legacy_adapters.reader import TRANSIENT_STATES, DatabaseState
 from legacy_adapters.status_writer import LegacyStatusWriter
 from projections.relay import ProjectionHaltedError, ProjectionMetrics, Projector
 
 log = logging.getLogger("bridge.projection")
 
 HALTED_RETRY_S = 30.0
+# A state that clears by itself (2.x releases its lock, its next access rolls a hot journal back, a restore
+# lands) is tried again sooner; a read-only or foreign database waits the full HALTED_RETRY_S.
+TRANSIENT_RETRY_S = 2.0
+_CLEARS_BY_ITSELF = TRANSIENT_STATES - {DatabaseState.READ_ONLY}
 LEASE_MS = 10_000
 BATCH = 100
 
@@ -42,12 +49,13 @@ class ProjectorThread:
 
     def __init__(self, projector: Projector, interval_s: float = 0.2, *, halted_retry_s: float = HALTED_RETRY_S,
                  lease: Callable[[], bool] | None = None, on_close: Callable[[], None] | None = None,
-                 name: str = "bridge-projector") -> None:
+                 on_unavailable: Callable[[str], None] | None = None, name: str = "bridge-projector") -> None:
         self._projector = projector
         self._interval_s = interval_s
         self._halted_retry_s = halted_retry_s
         self._lease = lease
         self._on_close = on_close
+        self._on_unavailable = on_unavailable  # counts each halted pass by the database's state
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._halted: str | None = None
@@ -82,7 +90,7 @@ class ProjectorThread:
             if self._pass():
                 continue  # a full batch: more rows are probably due
             if self._halted is not None:
-                self._stop.wait(self._halted_retry_s)  # slowly; notify() does not hurry a broken database
+                self._stop.wait(self._retry_after(self._halted))  # notify() does not hurry a broken database
             else:
                 self._wake.wait(self._interval_s)
 
@@ -92,9 +100,12 @@ class ProjectorThread:
                 return False
             counts = self._projector.run_once(BATCH)
         except ProjectionHaltedError as exc:
-            if self._halted != exc.reason:
-                log.error("%s: %s", exc.code, exc.message)  # once per reason, not every 30 s
+            if self._halted != exc.reason:  # once per state, not every pass
+                log.log(logging.WARNING if exc.reason in _CLEARS_BY_ITSELF else logging.ERROR, "%s: %s",
+                        exc.code, exc.message)
             self._halted = exc.reason
+            if self._on_unavailable is not None:
+                self._on_unavailable(exc.reason)
             return False
         except Exception as exc:  # noqa: BLE001 - the thread must survive; the next pass retries
             kind = exc.code if isinstance(exc, BridgeError) else type(exc).__name__
@@ -105,9 +116,12 @@ class ProjectorThread:
         finally:
             self.passes += 1
         if self._halted is not None:
-            log.warning("projection resumed: the 2.x database accepts writes again")
+            log.warning("projection resumed: the 2.x database accepts writes again (it was %s)", self._halted)
         self._halted = self._last_error = None
         return sum(counts.values()) >= BATCH
+
+    def _retry_after(self, state: str) -> float:
+        return min(self._halted_retry_s, TRANSIENT_RETRY_S) if state in _CLEARS_BY_ITSELF else self._halted_retry_s
 
 
 def start_projector_thread(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
@@ -125,8 +139,10 @@ def start_projector_thread(engine: Engine, legacy_database_path: str | Path, met
         writer.close()
         outbox.release_lease(holder)
 
+    unavailable = getattr(metrics, "legacy_database_unavailable", None)  # BridgeMetrics counts the states
     thread = ProjectorThread(Projector(outbox, writer, metrics, clock), interval_s,
-                             lease=lambda: outbox.hold_lease(holder, clock.now_ms(), LEASE_MS), on_close=close)
+                             lease=lambda: outbox.hold_lease(holder, clock.now_ms(), LEASE_MS), on_close=close,
+                             on_unavailable=(lambda state: unavailable(state, "projection")) if unavailable else None)
     return thread.start()
 
 

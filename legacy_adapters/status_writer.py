@@ -4,7 +4,8 @@
 (legacy-2x.md 2.1). So this writer never waits inside 2.x's lock: busy timeout 0, ``BEGIN IMMEDIATE``,
 a handful of statements, COMMIT; a busy database raises ``LegacyBusyError`` and the projector retries
 later. It never changes journal_mode, never creates or alters a table, and touches only the projected
-columns of ``Crontabs`` plus the ``RunningInstances`` rows the projection owns.
+columns of ``Crontabs`` plus the ``RunningInstances`` rows the projection owns. A database it cannot
+write at all raises ``LegacyDatabaseError`` whose reason is the reader's ``DatabaseState`` code.
 """
 
 from __future__ import annotations
@@ -19,17 +20,30 @@ from typing import Any, Protocol
 
 from bridge.domain.errors import BridgeError
 from legacy_adapters.errors import LegacyDatabaseError
+from legacy_adapters.reader import DatabaseState, database_state
 from legacy_adapters.schema import format_updated_at
 
 _CRONTAB_COLUMNS = frozenset({"id", "status", "pid", "log_path", "last_execution_time", "last_running_time",
                               "updatedAt"})
 _INSTANCE_COLUMNS = frozenset({"id", "cron_id", "pid", "log_path", "started_at", "finished_at", "status",
                                "exit_code", "createdAt", "updatedAt"})
-# sqlite3 extended result codes, masked to the primary code.
-_BUSY, _LOCKED, _READONLY, _CANTOPEN, _NOTADB, _CORRUPT = 5, 6, 8, 14, 26, 11
+# sqlite3 result codes, masked to the primary code.
+_BUSY, _LOCKED, _READONLY = 5, 6, 8
+# Busy transactions in a row after which 2.x's lock is a state of the database, not a blip: the projector then
+# halts as "locked" and waits, instead of spending its rows' retry budgets (a row is parked after 8).
+LOCKED_AFTER = 3
 # How many of the newest RunningInstances rows the crash-adoption lookup scans (about 0.3 ms for 5000).
 ADOPT_WINDOW = 5000
 _BUSY_TEXT = ("database is locked", "database table is locked", "database is busy")
+_CANNOT_OPEN = (14, 23)  # SQLITE_CANTOPEN, SQLITE_AUTH: the file is there but this process may not open it
+_DETAIL = {
+    DatabaseState.HOT_JOURNAL: "a writer died mid-transaction and this connection cannot roll its journal back",
+    DatabaseState.READ_ONLY: "attempt to write a readonly database",
+    DatabaseState.MISSING: "cannot be opened for writing",
+    DatabaseState.UNREADABLE: "cannot be opened for writing",
+    DatabaseState.CORRUPT: "truncated or malformed",
+    DatabaseState.NOT_LEGACY: "not an SQLite database",
+}
 
 
 class LegacyBusyError(BridgeError):
@@ -84,6 +98,7 @@ class LegacyStatusWriter:
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
         self._checked = False
+        self._busy_in_a_row = 0
 
     def _connect(self) -> sqlite3.Connection:
         # mode=rw: never create a missing file. timeout 0: fail fast instead of queueing behind 2.x.
@@ -96,8 +111,9 @@ class LegacyStatusWriter:
               instance_id: int | None, now_ms: int) -> int | None:
         """Write one cron's projection; returns the instance row id (None without an instance).
 
-        Raises LegacyBusyError when 2.x holds the lock (nothing written), LegacyDatabaseError when the
-        file is missing, read-only or not a 2.x database (permanent; nothing written).
+        Raises LegacyBusyError when 2.x holds the lock (nothing written); LegacyDatabaseError when the file
+        cannot take the write at all (nothing written), its reason a DatabaseState code: still locked after
+        LOCKED_AFTER tries in a row, hot_journal, missing, empty, unreadable, corrupt, read_only, not_legacy.
         """
         return self.apply_batch([(cron_id, crontab, instance, instance_id)], now_ms)[0]
 
@@ -116,6 +132,7 @@ class LegacyStatusWriter:
                     _update_crontab(conn, cron_id, crontab, stamp)
                     found.append(None if instance is None else _write_instance(conn, instance, instance_id, stamp))
         self._checked = True
+        self._busy_in_a_row = 0
         return found
 
     def close(self) -> None:
@@ -128,10 +145,13 @@ class LegacyStatusWriter:
             status = os.stat(self.path)
         except FileNotFoundError:
             self.close()
-            raise LegacyDatabaseError(str(self.path), "missing", "no such file") from None
+            raise LegacyDatabaseError(str(self.path), DatabaseState.MISSING.value, "no such file") from None
         if not stat.S_ISREG(status.st_mode):
             self.close()
-            raise LegacyDatabaseError(str(self.path), "missing", "not a regular file")
+            raise LegacyDatabaseError(str(self.path), DatabaseState.UNREADABLE.value, "not a regular file")
+        if status.st_size == 0:  # emptied by a crash, or 2.x's first boot: never the bridge's to fill
+            self.close()
+            raise LegacyDatabaseError(str(self.path), DatabaseState.EMPTY.value, "an empty file")
         identity = (status.st_dev, status.st_ino)
         if self._conn is None or identity != self._identity:
             self.close()
@@ -157,6 +177,8 @@ class LegacyStatusWriter:
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         for table, needed in (("Crontabs", _CRONTAB_COLUMNS), ("RunningInstances", _INSTANCE_COLUMNS)):
             present = {row[0] for row in conn.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+            if not present and not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'").fetchone():
+                raise LegacyDatabaseError(str(self.path), DatabaseState.EMPTY.value, "no table yet")
             if not present:
                 raise LegacyDatabaseError(str(self.path), "not_legacy", f"no {table} table")
             missing = sorted(needed - present)
@@ -174,16 +196,19 @@ class LegacyStatusWriter:
     def _classify(self, exc: sqlite3.Error, operation: str) -> Exception:
         code, text = _primary_code(exc), str(exc).lower()
         if code in (_BUSY, _LOCKED) or any(marker in text for marker in _BUSY_TEXT):
-            return LegacyBusyError(operation)
-        if code == _READONLY or "readonly database" in text:
-            return LegacyDatabaseError(str(self.path), "read_only", "attempt to write a readonly database")
-        if code == _CANTOPEN or "unable to open" in text:
-            return LegacyDatabaseError(str(self.path), "missing", "cannot be opened for writing")
-        if code in (_NOTADB, _CORRUPT) or "not a database" in text:
-            return LegacyDatabaseError(str(self.path), "not_legacy", "not an SQLite database")
+            self._busy_in_a_row += 1
+            if self._busy_in_a_row < LOCKED_AFTER:
+                return LegacyBusyError(operation)
+            return LegacyDatabaseError(str(self.path), DatabaseState.LOCKED.value,
+                                       f"2.x kept its lock through {self._busy_in_a_row} tries in a row")
         if "no such table" in text or "no such column" in text:
             return LegacyDatabaseError(str(self.path), "not_legacy", "a 2.x table or column is missing")
-        return exc  # anything else (I/O, disk full): transient as far as we know
+        state = database_state(self.path, exc)  # the connection is closed: nothing of ours holds a lock
+        if state is DatabaseState.UNREADABLE and (code == _READONLY or "readonly database" in text):
+            state = DatabaseState.READ_ONLY
+        if state is DatabaseState.UNREADABLE and code not in _CANNOT_OPEN:
+            return exc  # anything else (I/O, disk full): transient as far as we know; the row is retried
+        return LegacyDatabaseError(str(self.path), state.value, _DETAIL.get(state, str(exc)))
 
 
 def _update_crontab(conn: sqlite3.Connection, cron_id: int, crontab: CrontabValues, stamp: str) -> None:
