@@ -320,5 +320,18 @@ def demo(workdir: Path | None) -> None:
         _fail(f"demo failed: {exc}", code=1)
 
 
+
+@main.command()
+def doctor() -> None:
+    """Check the install from evidence: the seam (QlPort of 2.x's backend and of its task shells), shadow
+    coverage, 2.x's time zone, process identity, the store and 2.x's database. Exit 1 on any failed check."""
+    from bridge.doctor import gather, render, run_checks
+
+    checks = run_checks(gather(_settings()))
+    for line in render(checks):
+        click.echo(line)
+    if any(check.verdict == "fail" for check in checks):
+        sys.exit(1)
+
 if __name__ == "__main__":
     main()

@@ -406,6 +406,13 @@ class LegacyReader:
         rows = self._fetch(f"{select} WHERE cron_id = ? ORDER BY started_at DESC, id DESC LIMIT ?", (cron_id, limit))
         return [_instance_from_row(dict(row)) for row in rows]
 
+    def recent_instances(self, limit: int) -> list[LegacyInstance]:
+        """The ``limit`` newest instances of any cron, by primary key (the only index 2.x keeps)."""
+        select = self._select("RunningInstances", _INSTANCE_COLUMNS)
+        if select is None:
+            return []
+        return [_instance_from_row(dict(row)) for row in self._fetch(f"{select} ORDER BY id DESC LIMIT ?", (limit,))]
+
     def instances_inserted_near(self, cron_id: int, pid: int | None, at_ms: int, *,
                                 lookback_s: int = INSTANCE_LOOKBACK_S,
                                 max_ids: int = INSTANCE_SCAN_IDS) -> list[LegacyInstance]:

@@ -1,0 +1,268 @@
+"""`ql-bridge doctor`: checks the install from evidence, each check ok / warn / fail with its fix.
+
+What it looks at, and never assumes: the bridge store's revision; 2.x's database (its state, read
+only); 2.x's HTTP health; 2.x's backend process (its `BACK_PORT`/`QlPort`, when this process can see
+it — the same pid namespace); 2.x's `config/config.sh` (the `QlPort` every task shell ends up with);
+the last reconcile passes (the share of 2.x's recent executions that never reached the bridge); the
+UTC offset 2.x's own log file names were written in, against `BRIDGE_LEGACY_TZ`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
+
+from bridge.config import Settings, local_zone_name
+from legacy_adapters.install import (
+    BackendProcess,
+    find_backend_processes,
+    format_offset,
+    log_name_offset_s,
+    read_config_sh_port,
+    shell_port,
+)
+
+Verdict = Literal["ok", "warn", "fail"]
+RECENT_INSTANCES = 50
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    verdict: Verdict
+    detail: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the checks judge, gathered by `gather` (or given by a test)."""
+
+    settings: Settings
+    store: Check
+    legacy_database: Check
+    upstream: Check
+    backends: Sequence[BackendProcess]
+    recent_instances: Sequence[tuple[str | None, float | None]]  # (log_path, started_at s), newest first
+    coverage: Sequence[Any]  # projections.seam.OriginCoverage
+    passes_ran: bool
+
+
+def run_checks(evidence: Evidence) -> list[Check]:
+    return [evidence.store, evidence.legacy_database, evidence.upstream, check_backend_port(evidence),
+            check_shell_port(evidence), check_coverage(evidence), check_time_zone(evidence),
+            check_process_identity(evidence)]
+
+
+def check_backend_port(evidence: Evidence) -> Check:
+    forwards_to = _port_of(evidence.settings.legacy_url)
+    readable = [b for b in evidence.backends if b.environ is not None]
+    if not readable:
+        return Check("seam: 2.x's backend", "warn",
+                     "2.x's backend process is not visible from here (another pid namespace, or no permission); "
+                     f"the bridge forwards to port {forwards_to}",
+                     "run the bridge in 2.x's container or with its pid namespace to let this be checked")
+    ports = sorted({b.listen_port for b in readable if b.listen_port})
+    if ports == [forwards_to]:
+        return Check("seam: 2.x's backend", "ok", f"2.x's backend listens on {forwards_to}, where the bridge forwards")
+    return Check("seam: 2.x's backend", "fail",
+                 f"2.x's backend listens on {', '.join(map(str, ports))} but BRIDGE_LEGACY_URL points at {forwards_to}",
+                 f"set BRIDGE_LEGACY_URL=http://127.0.0.1:{ports[0]}")
+
+
+def check_shell_port(evidence: Evidence) -> Check:
+    settings = evidence.settings
+    if settings.legacy_data_dir is None:
+        return Check("seam: task shells", "warn", "BRIDGE_LEGACY_DATA_DIR is not set: config.sh cannot be read",
+                     "set BRIDGE_LEGACY_DATA_DIR to 2.x's data directory")
+    config = read_config_sh_port(settings.legacy_data_dir)
+    inherited = {b.inherited_qlport for b in evidence.backends if b.environ is not None}
+    known_inheritance = bool(inherited)
+    port = shell_port(config, next(iter(inherited)) if len(inherited) == 1 else None)
+    listen = settings.listen_port
+    fix = f"add `export QlPort={listen}` to {config.path} (every task shell sources it; the backend does not)"
+    if config.unclear:
+        return Check("seam: task shells", "warn", f"{config.path} sets QlPort in a form this check cannot evaluate",
+                     fix)
+    if config.port is None and not known_inheritance:
+        return Check("seam: task shells", "warn",
+                     f"{config.path} does not set QlPort and the backend's environment is not readable: task shells "
+                     "use whatever QlPort they inherit", fix)
+    if port == listen:
+        source = "config.sh" if config.port else "the backend's environment, inherited"
+        return Check("seam: task shells", "ok", f"task shells call port {port} ({source}), where the bridge listens")
+    backend_ports = {b.listen_port for b in evidence.backends if b.listen_port}
+    where = "2.x directly: callbacks bypass the bridge" if port in backend_ports else "neither the bridge nor 2.x"
+    return Check("seam: task shells", "fail", f"task shells call port {port}, {where} (the bridge listens on {listen})",
+                 fix)
+
+
+def check_coverage(evidence: Evidence) -> Check:
+    from projections.seam import SEAM_FIX, bypass_findings
+
+    if not evidence.passes_ran:
+        return Check("shadow coverage", "warn", "no reconcile pass has run yet: coverage is unknown",
+                     "run `ql-bridge reconcile` (or let `ql-bridge serve` run its schedule)")
+    findings = bypass_findings(evidence.coverage)
+    if findings:
+        return Check("shadow coverage", "fail", "; ".join(f.message for f in findings), SEAM_FIX)
+    missing = sum(c.missing for c in evidence.coverage)
+    recorded = sum(c.recorded for c in evidence.coverage)
+    if missing:
+        return Check("shadow coverage", "warn", f"{missing} recent 2.x execution(s) missing beside {recorded} recorded",
+                     "see `ql-bridge report` for which")
+    return Check("shadow coverage", "ok", f"{recorded} recent execution(s) recorded, none missing")
+
+
+def check_time_zone(evidence: Evidence) -> Check:
+    zone_name = evidence.settings.legacy_tz or local_zone_name()
+    offsets = Counter(o for o in (log_name_offset_s(p, s) for p, s in evidence.recent_instances) if o is not None)
+    backend_tz = {b.environ.get("TZ") for b in evidence.backends if b.environ and b.environ.get("TZ")}
+    if not offsets:
+        extra = f"; 2.x's backend has TZ={', '.join(sorted(backend_tz))}" if backend_tz else ""
+        return Check("time zone", "warn", f"no 2.x log name to read its UTC offset from yet{extra}",
+                     "check again after a few executions")
+    observed, _ = offsets.most_common(1)[0]
+    configured = _offset_now(zone_name)
+    label = f"BRIDGE_LEGACY_TZ={evidence.settings.legacy_tz}" if evidence.settings.legacy_tz else \
+        f"the host's zone {zone_name} (BRIDGE_LEGACY_TZ unset)"
+    if observed == configured:
+        return Check("time zone", "ok", f"2.x names its logs at UTC{format_offset(observed)}, as {label}")
+    return Check("time zone", "fail",
+                 f"2.x names its logs at UTC{format_offset(observed)} but the bridge uses {label} "
+                 f"(UTC{format_offset(configured)}): schedules and origins would be judged in the wrong zone",
+                 "set BRIDGE_LEGACY_TZ to 2.x's zone (the official image uses Asia/Shanghai)")
+
+
+def check_process_identity(evidence: Evidence) -> Check:
+    if evidence.backends:
+        return Check("process identity", "ok", "2.x's processes are visible: task shells can be told alive or gone")
+    return Check("process identity", "warn",
+                 "2.x's processes are not visible from here: after a bridge restart its unfinished Runs become lost",
+                 "run the bridge in 2.x's container or share its pid namespace (`--pid container:qinglong`, "
+                 "compose `pid: service:qinglong`)")
+
+
+def gather(settings: Settings, *, proc_root: Path = Path("/proc"),
+           http_get: Callable[[str], int] | None = None) -> Evidence:
+    """Collect the evidence; every probe's failure becomes a check, never an exception."""
+    from projections.seam import SEAM_WINDOW_MS
+
+    backends = find_backend_processes(proc_root)
+    store_check, coverage, passes_ran = _store_evidence(settings, SEAM_WINDOW_MS)
+    legacy_check, instances = _legacy_evidence(settings)
+    return Evidence(settings, store_check, legacy_check, _upstream_check(settings, http_get), backends, instances,
+                    coverage, passes_ran)
+
+
+def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any], bool]:
+    from bridge.bootstrap import build_store
+    from bridge.storage.migrate import current_revision, head_revision
+    from bridge.storage.reconcile_queries import ReconcileStore
+    from bridge.storage.seam_queries import recent_coverage
+
+    if settings.database_url.startswith("sqlite:///"):
+        path = Path(settings.database_url.removeprefix("sqlite:///"))
+        if not path.exists():
+            return Check("bridge store", "fail", f"no store at {path}", "run `ql-bridge db upgrade`"), [], False
+    try:
+        store = build_store(settings)
+    except Exception as exc:  # noqa: BLE001 - the doctor reports, it never raises
+        return Check("bridge store", "fail", f"cannot open the store: {_code(exc)}", None), [], False
+    try:
+        revision, head = current_revision(store.engine), head_revision()
+        if revision != head:
+            return Check("bridge store", "fail", f"the store is at revision {revision or 'empty'}, the code at {head}",
+                         "run `ql-bridge db upgrade`"), [], False
+        now_ms = int(datetime.now().timestamp() * 1000)
+        coverage = recent_coverage(store.engine, now_ms - window_ms)
+        passes_ran = ReconcileStore(store.engine).last_pass() is not None
+        return Check("bridge store", "ok", f"reachable, at revision {revision}"), coverage, passes_ran
+    except Exception as exc:  # noqa: BLE001
+        return Check("bridge store", "fail", f"the store does not answer: {_code(exc)}", None), [], False
+    finally:
+        store.close()
+
+
+def _legacy_evidence(settings: Settings) -> tuple[Check, list[tuple[str | None, float | None]]]:
+    from legacy_adapters.reader import FOREIGN_STATES, DatabaseState, LegacyReader
+
+    path = settings.legacy_database_path
+    if path is None:
+        return Check("2.x database", "fail", "BRIDGE_LEGACY_DATA_DIR is not set",
+                     "set it to 2.x's data directory (the one holding db/database.sqlite)"), []
+    reader = LegacyReader(path)
+    try:
+        state = reader.state()
+        if state is not DatabaseState.OK:
+            verdict: Verdict = "fail" if state in FOREIGN_STATES or state is DatabaseState.MISSING else "warn"
+            return Check("2.x database", verdict, f"{path}: {state.value}", _DATABASE_FIXES.get(state.value)), []
+        recent = [(i.log_path, i.started_at) for i in reader.recent_instances(RECENT_INSTANCES)]
+        return Check("2.x database", "ok", f"{path}: readable"), recent
+    except Exception as exc:  # noqa: BLE001
+        return Check("2.x database", "fail", f"{path}: {_code(exc)}", None), []
+    finally:
+        reader.close()
+
+
+_DATABASE_FIXES = {
+    "missing": "point BRIDGE_LEGACY_DATA_DIR at 2.x's data directory",
+    "not_legacy": "point BRIDGE_LEGACY_DATA_DIR at 2.x's data directory, not another database",
+    "unsupported": "this 2.x database was already changed by a 3.0 migration: the bridge cannot shadow it",
+    "hot_journal": "let 2.x start (it rolls the journal back); the bridge reads again once it is gone",
+    "locked": "transient: 2.x is writing; check again",
+    "empty": "2.x has not created its tables yet: start it once",
+}
+
+
+def _upstream_check(settings: Settings, http_get: Callable[[str], int] | None) -> Check:
+    url = settings.legacy_url + "/api/health"
+    try:
+        status = (http_get or _http_status)(url)
+    except Exception as exc:  # noqa: BLE001
+        return Check("2.x over HTTP", "fail", f"{_without_userinfo(settings.legacy_url)} does not answer "
+                     f"({type(exc).__name__})", "start 2.x, or set BRIDGE_LEGACY_URL to where its backend listens")
+    if status == 200:
+        return Check("2.x over HTTP", "ok", f"{_without_userinfo(settings.legacy_url)}/api/health answers 200")
+    return Check("2.x over HTTP", "fail", f"{_without_userinfo(settings.legacy_url)}/api/health answers {status}",
+                 None)
+
+
+def _http_status(url: str) -> int:
+    import httpx
+
+    return httpx.get(url, timeout=3, trust_env=False).status_code
+
+
+def render(checks: Iterable[Check]) -> list[str]:
+    lines = []
+    for check in checks:
+        lines.append(f"{check.verdict:<4}  {check.name}: {check.detail}")
+        if check.fix and check.verdict != "ok":
+            lines.append(f"      fix: {check.fix}")
+    return lines
+
+
+def _offset_now(zone_name: str) -> int:
+    offset = datetime.now(ZoneInfo(zone_name)).utcoffset()
+    return int(offset.total_seconds()) if offset is not None else 0
+
+
+def _port_of(url: str) -> int:
+    parts = urlsplit(url)
+    return parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def _code(exc: Exception) -> str:
+    return str(getattr(exc, "code", None) or type(exc).__name__)
