@@ -121,12 +121,24 @@ def build_report(settings: Settings, engine: Engine, reader: LegacyReader, *, si
     else:
         selected = list(dict.fromkeys(origins))
     entries = [_entry(o, tally, thresholds, window, modes.get(o)) for o in selected]
+    seam = _seam_findings(engine, window)
+    for entry in entries:
+        entry["seam"] = seam[entry["origin"]].message if entry["origin"] in seam else None
     wanted = None if origins is None else [None if o == UNKNOWN else o for o in selected]
     rows = queries.mismatch_timeline(since_ms, until_ms, wanted)
     report = assemble(generated_at_ms=now_ms if now_ms is not None else _now_ms(), window=window,
                       thresholds=thresholds, origins=entries, mismatch_timeline=timeline(rows),
-                      notes=_standard_notes(scan.excluded) + notes + _projection_notes(engine))
+                      notes=[f.message for f in seam.values()] + _standard_notes(scan.excluded) + notes
+                      + _projection_notes(engine))
     return report
+
+
+def _seam_findings(engine: Engine, window: Window) -> dict[str, Any]:
+    """Origins whose executions in the window mostly never reached the bridge (projections/seam.py)."""
+    from bridge.storage.seam_queries import recent_coverage
+    from projections.seam import bypass_findings
+
+    return {f.origin: f for f in bypass_findings(recent_coverage(engine, window.start_ms))}
 
 
 def _projection_notes(engine: Engine) -> list[str]:

@@ -77,6 +77,8 @@ def _header(report: dict[str, Any]) -> str:
 
 
 def _verdict(entry: dict[str, Any]) -> str:
+    if entry.get("seam"):
+        return f'<span class="fail">not ready</span> <span class="muted">({_e(entry["seam"])})</span>'
     if not entry["observable"]:
         return f'<span class="muted">{_e(entry.get("note") or "not observable")}</span>'
     if entry["ready_for_primary"]:

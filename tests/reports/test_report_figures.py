@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from legacy_adapters.callbacks import log_path_digest
 from projections.report import check_report, to_json
 from projections.report_html import render_html
-from tests.reports.conftest import NOW_S, SECRET_COMMAND, SECRETS, SINCE_MS, Scenario, entry, gate
+from tests.reports.conftest import NOW_MS, NOW_S, SECRET_COMMAND, SECRETS, SINCE_MS, Scenario, entry, gate
 
 HOUR = 3600
 
@@ -191,3 +191,21 @@ def test_no_command_token_or_log_path_reaches_the_json_or_the_html(scenario: Sce
     example = entry(report, "manual")["figures"]["examples"][0]
     assert example["diff"]["status"] == {"new": "succeeded", "old": "failed"}
     assert example["diff"]["note"] == "[redacted]" and "command" not in example["diff"]
+
+
+def test_an_origin_whose_executions_mostly_bypass_the_bridge_is_named_first_not_just_counted(
+        scenario: Scenario) -> None:
+    cron = scenario.cron()
+    scenario.execution(cron, NOW_S - 2 * HOUR)  # one manual execution reached the bridge
+    for hours in range(3, 8):
+        scenario.execution(cron, NOW_S - hours * HOUR, shadow="none")
+        scenario.mismatch("missing", first_seen_ms=NOW_MS - 60_000, cron_id=cron)
+
+    report = scenario.report(min_executions=1)
+
+    manual = entry(report, "manual")
+    assert manual["seam"] is not None and "callbacks are bypassing the bridge" in manual["seam"]
+    assert "callbacks are bypassing the bridge" in report["notes"][0]
+    assert "callbacks are bypassing the bridge" in render_html(report)
+    assert entry(report, "scheduled_node")["seam"] is None
+    assert check_report(report) == []
