@@ -52,7 +52,6 @@ from bridge.service.ids import new_id
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PROJECT_ID, CallbackFacts
-from bridge.storage.engine import READ_ONLY
 from bridge.storage.migrate import current_revision, head_revision
 from bridge.storage.runs import SqlRunStore
 from bridge.storage.schema import bridge_settings_table, run_attempts_table, run_events_table, runs_table
@@ -88,7 +87,7 @@ BATCH_ATTEMPTS = 3  # a batch that lost a race to a concurrent shadow write is r
 BATCH_RETRY_SLEEP_S = 0.05
 
 _SYNTH = {"synthesized": True}
-_EXIT_CODE_RANGE = range(-(2**31), 2**31)  # run_attempts.exit_code is a 32-bit integer
+_EXIT_CODE_RANGE = range(-(2**53 - 1), 2**53)  # what 2.x accepts (Joi: a safe number); BIGINT since revision 0009
 
 
 class ImportRefusedError(BridgeError):
@@ -364,17 +363,6 @@ def _event_row(event: RunEvent) -> dict[str, Any]:
             "payload": encode_payload(event.payload, cap_bytes=2**31), "created_at_ms": event.created_at_ms}
 
 
-class _ImportUnitOfWork(SqlUnitOfWork):
-    """SqlUnitOfWork (same busy retry) whose transactions hand out an _ImportStore."""
-
-    def _once(self, work: Callable[[_ImportStore], T], read_only: bool) -> T:  # type: ignore[override]
-        with self.engine.connect() as conn:
-            if read_only:
-                conn = conn.execution_options(**{READ_ONLY: True})
-            with conn.begin():
-                return work(_ImportStore(conn))
-
-
 # -- the import loop ------------------------------------------------------------------------------------------------
 
 
@@ -400,8 +388,8 @@ class _Importer:
         self.batch_size = batch_size
         self.clock = clock
         self.cap = settings.payload_cap_bytes
-        self.uow = _ImportUnitOfWork(engine, busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
-                                     busy_attempts=IMPORT_BUSY_ATTEMPTS)
+        self.uow = SqlUnitOfWork(engine, busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
+                                 busy_attempts=IMPORT_BUSY_ATTEMPTS, store_factory=_ImportStore)
         self.runs = RunService(self.uow, clock=clock, id_factory=new_id, payload_cap_bytes=self.cap)
         self.cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
         self.snapshots_stored: OrderedDict[str, None] = OrderedDict()

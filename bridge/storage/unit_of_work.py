@@ -40,9 +40,12 @@ T = TypeVar("T")
 class SqlUnitOfWork:
     def __init__(self, engine: Engine, *, busy_budget_ms: int = 400, busy_attempts: int = 4,
                  sleep: Callable[[float], None] = time.sleep, queue_writers: bool = True,
-                 outcomes: WriteOutcomes | None = None) -> None:
-        """``queue_writers=False`` leaves a SQLite writer's wait to SQLite's busy handler alone (benchmarks)."""
+                 outcomes: WriteOutcomes | None = None,
+                 store_factory: Callable[[Connection], SqlRunStore] = SqlRunStore) -> None:
+        """``queue_writers=False`` leaves a SQLite writer's wait to SQLite's busy handler alone (benchmarks);
+        ``store_factory`` builds the store a transaction hands out (the importer's adds its bulk checks)."""
         self.engine = engine
+        self._store = store_factory
         self.outcomes = outcomes if outcomes is not None else WriteOutcomes()
         self._budget_s = busy_budget_ms / 1000
         self._attempts = max(1, busy_attempts)
@@ -52,10 +55,10 @@ class SqlUnitOfWork:
 
     def write(self, work: Callable[[SqlRunStore], T]) -> T:
         """One write transaction; its outcome is recorded in ``outcomes``."""
-        return self._run(lambda conn: work(SqlRunStore(conn)), read_only=False, record=True)
+        return self._run(lambda conn: work(self._store(conn)), read_only=False, record=True)
 
     def read(self, work: Callable[[SqlRunStore], T]) -> T:
-        return self._run(lambda conn: work(SqlRunStore(conn)), read_only=True, record=False)
+        return self._run(lambda conn: work(self._store(conn)), read_only=True, record=False)
 
     def probe_write(self) -> None:
         """Open a write transaction and commit it empty. Raises StoreBusyError / StoreUnavailableError.
