@@ -5,17 +5,25 @@ written status 0 with the child's pid and log_path: manual, or boot for an @boot
 time that matches the cron's schedule (scheduled_node / scheduled_system by scheduler mode and the
 6-field / extra_schedules rule, legacy-2x.md 6.3); else script (any shell command can report under an
 ID, legacy-2x.md 10.10). Each decision carries a short evidence code, never the command or path.
+
+Whether a schedule fires at a time is decided the way the 2.x process that runs it decides, not by a
+generic cron library: node mode is node-schedule 2.1.1, which parses with its own cron-parser 4.9.0
+(v2.21.0's pnpm-lock.yaml; the cron-parser ^5.4.0 in package.json only validates input), behind
+addCron's refusal of ``?`` and bare ``/N``; system mode is the Alpine image's busybox crond
+(``ParseField`` / ``FixDayDow`` in miscutils/crond.c, 1.36-1.37). The two differ: ``7`` is Sunday for
+cron-parser but fills every weekday in busybox, ``5/15`` is 5,20,35,50 for one and only 5 for the other,
+busybox wraps ``fri-mon`` where cron-parser refuses it, and only cron-parser knows ``L`` and ``#``.
 """
 
 from __future__ import annotations
 
+import calendar
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from functools import lru_cache
-from zoneinfo import ZoneInfo
-
-from apscheduler.triggers.cron import CronTrigger
 
 from legacy_adapters.reader import LegacyCron
 
@@ -23,7 +31,6 @@ from legacy_adapters.reader import LegacyCron
 # after its fire time; a 5-field schedule fires on the minute, a 6-field one can fire every second.
 MINUTE_TOLERANCE_S = 3
 SECOND_TOLERANCE_S = 1
-_DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +55,14 @@ def infer_scheduled_origin(cron: LegacyCron | None, begin_s: int | None, schedul
     if cron is None or begin_s is None or not begin_s:
         return OriginDecision("script", "no_schedule_evidence")
     schedules = [(cron.schedule or "", "main"), *[(s, "extra") for s in (cron.extra_schedules or ())]]
-    node_cron = _is_node_cron(cron)
+    # shouldUseCronClient: node-schedule runs every schedule in node mode and node crons in system
+    # mode; crond runs the rest.
+    scheduler = "node" if scheduler_mode == "node" or _is_node_cron(cron) else "system"
     for schedule, which in schedules:
-        if schedule_matches(schedule, begin_s, tz):
+        if schedule_matches(schedule, begin_s, tz, scheduler=scheduler):
             fields = len(schedule.split())
-            if node_cron or scheduler_mode == "node":
-                return OriginDecision("scheduled_node", f"schedule_match:{which}:{fields}_field:node")
-            return OriginDecision("scheduled_system", f"schedule_match:{which}:{fields}_field:system")
+            origin = "scheduled_node" if scheduler == "node" else "scheduled_system"
+            return OriginDecision(origin, f"schedule_match:{which}:{fields}_field:{scheduler}")
     return OriginDecision("script", "no_schedule_match")
 
 
@@ -63,51 +71,371 @@ def _spawned_by_run_single(cron: LegacyCron, pid: int | None, log_path: str | No
 
 
 def _is_node_cron(cron: LegacyCron) -> bool:
-    """legacy-2x.md 6.3 isNodeCron: more than five fields, or any extra schedule."""
-    return len((cron.schedule or "").split()) > 5 or bool(cron.extra_schedules)
+    """2.x isNodeCron: ``schedule.split(/ +/)`` gives more than five parts, or any extra schedule."""
+    return len(re.split(r" +", cron.schedule or "")) > 5 or bool(cron.extra_schedules)
 
 
-def schedule_matches(schedule: str, begin_s: int, tz: tzinfo) -> bool:
-    """True when a fire time of ``schedule`` lies within the tolerance before ``begin_s``."""
-    trigger = _trigger(schedule.strip(), _tz_key(tz))
-    if trigger is None:
+def schedule_matches(schedule: str, begin_s: int, tz: tzinfo, *, scheduler: str = "node") -> bool:
+    """True when ``schedule`` fires within the tolerance before ``begin_s``.
+
+    ``scheduler`` is who runs it: "node" (node-schedule) or "system" (busybox crond). @once and @boot
+    schedules are never run by either.
+    """
+    schedule = schedule or ""
+    if schedule.startswith(("@once", "@boot")):
         return False
-    fields = len(schedule.split())
-    tolerance = SECOND_TOLERANCE_S if fields == 6 else MINUTE_TOLERANCE_S
-    begin = datetime.fromtimestamp(begin_s, tz)
-    window_start = begin - timedelta(seconds=tolerance)
-    fire = trigger.get_next_fire_time(None, window_start)
-    return fire is not None and window_start <= fire <= begin
+    if scheduler == "system":
+        line = _crond_line(schedule)
+        if line is None:
+            return False
+        # crond wakes on the minute and runs what matches that local minute.
+        return any(line.fires(moment) for moment in _window(begin_s, MINUTE_TOLERANCE_S, tz) if moment.second == 0)
+    expression = _node_expression(schedule)
+    if expression is None:
+        return False
+    tolerance = SECOND_TOLERANCE_S if expression.fields == 6 else MINUTE_TOLERANCE_S
+    return any(expression.fires(moment) for moment in _window(begin_s, tolerance, tz))
 
 
-def _tz_key(tz: tzinfo) -> str:
-    return getattr(tz, "key", None) or str(tz)
+def _window(begin_s: int, tolerance_s: int, tz: tzinfo) -> list[datetime]:
+    """Local wall-clock times of each whole second from ``begin_s - tolerance_s`` to ``begin_s``."""
+    return [datetime.fromtimestamp(begin_s - back, tz) for back in range(tolerance_s, -1, -1)]
 
 
-@lru_cache(maxsize=512)
-def _trigger(schedule: str, tz_key: str) -> CronTrigger | None:
-    """A CronTrigger for a 5-field or 6-field (seconds first) 2.x schedule; None for @once/@boot/garbage."""
-    parts = schedule.split()
-    if schedule.startswith("@") or len(parts) not in (5, 6):
+# --- node mode: node-schedule 2.1.1 over cron-parser 4.9.0 (lib/expression.js) -------------------------
+
+_NODE_FIELDS = ("second", "minute", "hour", "dayOfMonth", "month", "dayOfWeek")
+_NODE_BOUNDS = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+_NODE_SPECIAL_CHARS = ("", "", "", "L", "", "L")
+_NODE_DEFAULTS = ("0", "*", "*", "*", "*", "*")
+_NODE_VALID = (
+    *[re.compile(r"[,*0-9/-]+")] * 3,
+    re.compile(r"[?,*0-9L/-]+"),
+    re.compile(r"[,*0-9/-]+"),
+    re.compile(r"[?,*0-9L#/-]+"),
+)
+_NODE_ALIASES = {
+    "month": {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m},
+    "dayOfWeek": {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6},
+}
+_NODE_PREDEFINED = {"@yearly": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+                    "@daily": "0 0 * * *", "@hourly": "0 * * * *"}
+_NODE_DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+# addCron's pre-check: node-schedule would return null for these, so 2.x refuses to register them.
+_NODE_REFUSED = re.compile(r"\s/[0-9]|^/[0-9]|\?")
+
+_Value = int | str  # a number, or an "L" item kept as text (cron-parser keeps them as strings)
+
+
+class _Invalid(ValueError):
+    """cron-parser throws: node-schedule then returns no job, so the schedule never fires."""
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeExpression:
+    """A parsed cron-parser 4.9.0 CronExpression and its day-matching rules (``_findSchedule``)."""
+
+    fields: int
+    second: frozenset[int]
+    minute: frozenset[int]
+    hour: frozenset[int]
+    month: frozenset[int]
+    day_of_month: tuple[_Value, ...]
+    day_of_week: tuple[_Value, ...]
+    nth_day_of_week: int
+
+    def fires(self, at: datetime) -> bool:
+        dom, dow = self.day_of_month, self.day_of_week
+        weekday = at.isoweekday() % 7  # JS getDay: Sunday is 0
+        dom_match = at.day in dom or (_has_l(dom) and _is_last_day_of_month(at))
+        dow_match = weekday in dow or (_has_l(dow) and any(
+            isinstance(item, str) and "L" in item and int(item[0]) % 7 == weekday and _is_last_weekday(at)
+            for item in dow))
+        # Wildcards are recognised by how many values a field holds, not by how it was written.
+        dom_wildcard = len(dom) >= _NODE_DAYS_IN_MONTH[at.month - 1]
+        dow_wildcard = len(dow) == 8
+        if not dom_match and (not dow_match or dow_wildcard):
+            return False
+        if dom_wildcard and not dow_wildcard and not dow_match:
+            return False
+        if self.nth_day_of_week and not _is_nth_day(at, self.nth_day_of_week):
+            return False
+        return (at.month in self.month and at.hour in self.hour and at.minute in self.minute
+                and at.second in self.second)
+
+
+@lru_cache(maxsize=1024)
+def _node_expression(schedule: str) -> _NodeExpression | None:
+    """What node-schedule would schedule for ``schedule``, or None when it would refuse or never fire."""
+    if _NODE_REFUSED.search(schedule):
         return None
-    if len(parts) == 5:
-        parts = ["0", *parts]
-    second, minute, hour, day, month, dow = parts
     try:
-        return CronTrigger(second=second, minute=minute, hour=hour, day=day, month=month,
-                           day_of_week=_crontab_dow(dow), timezone=ZoneInfo(tz_key))
-    except (ValueError, KeyError):
+        return _parse_node_expression(schedule)
+    except _Invalid:
         return None
 
 
-def _crontab_dow(field: str) -> str:
-    """Crontab counts weekdays from Sunday = 0 (or 7); APScheduler 3.x from Monday = 0: use names."""
-    out = []
-    for part in field.split(","):
-        base, slash, step = part.partition("/")
-        low, dash, high = base.partition("-")
-        if dash and low == "0" and high.isdigit() and not slash:
-            base = "7" if high in ("0", "7") else f"7,1-{high}"  # 0-N wraps past Sunday in APScheduler's order
-        base = re.sub(r"\d+", lambda m: _DOW_NAMES[int(m.group()) % 8] if int(m.group()) <= 7 else m.group(), base)
-        out.append(base + slash + step)
-    return ",".join(out)
+def _parse_node_expression(expression: str) -> _NodeExpression:
+    """CronExpression.parse: predefined names, up to six fields right-aligned (seconds default to 0)."""
+    expression = _NODE_PREDEFINED.get(expression, expression)
+    atoms = expression.strip().split()
+    atoms = atoms or [""]  # JS ''.split(/\s+/) is ['']
+    if len(atoms) > 6:
+        raise _Invalid("Invalid cron expression")
+    start = 6 - len(atoms)
+    nth = 0
+    parsed: list[list[_Value]] = []
+    for i, field in enumerate(_NODE_FIELDS):
+        value = atoms[i - start] if i >= start else ""
+        if not value:
+            value = _NODE_DEFAULTS[i]
+        elif field == "dayOfWeek":
+            value, nth = _parse_nth_day(value)
+        parsed.append(_parse_node_field(i, value))
+    second, minute, hour, dom, month, dow = parsed
+    if len(month) == 1:  # _handleMaxDaysInMonth
+        days = _NODE_DAYS_IN_MONTH[int(month[0]) - 1]
+        if isinstance(dom[0], int) and dom[0] > days:
+            raise _Invalid("Invalid explicit day of month definition")
+        dom = [d for d in dom if d == "L" or (isinstance(d, int) and d <= days)]
+    if any(isinstance(d, str) and not d[0].isdigit() for d in dow):
+        raise _Invalid("Invalid last weekday of the month expression")  # thrown on the first match
+    return _NodeExpression(
+        fields=len(atoms), second=_numbers(second), minute=_numbers(minute), hour=_numbers(hour),
+        month=_numbers(month), day_of_month=tuple(dom), day_of_week=tuple(dow), nth_day_of_week=nth)
+
+
+def _parse_nth_day(value: str) -> tuple[str, int]:
+    atoms = value.split("#")
+    if len(atoms) == 1:
+        return value, 0
+    nth = _js_number(atoms[-1])
+    if any(c in value for c in ",/-") or len(atoms) > 2 or math.isnan(nth) or not 1 <= nth <= 5:
+        raise _Invalid("Constraint error, invalid dayOfWeek occurrence")
+    return atoms[0], int(nth)
+
+
+def _parse_node_field(index: int, value: str) -> list[_Value]:
+    """CronExpression._parseField, step for step (its quirks are what 2.x schedules by)."""
+    field, (low, high), special = _NODE_FIELDS[index], _NODE_BOUNDS[index], _NODE_SPECIAL_CHARS[index]
+    aliases = _NODE_ALIASES.get(field)
+    if aliases is not None:
+        def alias(match: re.Match[str]) -> str:
+            name = match.group().lower()
+            if name not in aliases:
+                raise _Invalid(f'cannot resolve alias "{name}"')
+            return str(aliases[name])
+        value = re.sub(r"[A-Za-z]{3}", alias, value)
+    if not _NODE_VALID[index].fullmatch(value):
+        raise _Invalid(f"Invalid characters, got value: {value}")
+    if "*" in value:
+        value = value.replace("*", f"{low}-{high}")
+    elif "?" in value:
+        value = value.replace("?", f"{low}-{high}")
+
+    def is_special(item: object) -> bool:
+        return isinstance(item, str) and bool(special) and special in item
+
+    def parse_range(text: str, repeat: float | str) -> list[_Value] | _Value | float:
+        atoms = text.split("-")
+        if len(atoms) == 1:
+            number = _js_number(text)
+            return text if math.isnan(number) else number
+        if not atoms[0]:
+            if not atoms[1]:
+                raise _Invalid(f"Invalid range: {text}")
+            return _js_number(text)
+        first, last = _js_number(atoms[0]), _js_number(atoms[1])
+        if math.isnan(first) or math.isnan(last) or first < low or last > high or first > last:
+            raise _Invalid(f"Invalid range: {text}")
+        interval = repeat if isinstance(repeat, (int, float)) else _js_number(repeat)
+        if math.isnan(interval) or interval <= 0:
+            raise _Invalid(f"cannot repeat at every {interval} time")
+        stack: list[_Value] = []
+        if field == "dayOfWeek" and last % 7 == 0:
+            stack.append(0)  # 7 is Sunday: a range ending on it also holds 0
+        counter = interval
+        for index_ in range(int(first), int(last) + 1):
+            if index_ not in stack and counter > 0 and counter % interval == 0:
+                counter = 1
+                stack.append(index_)
+            else:
+                counter += 1
+        return stack
+
+    def parse_repeat(text: str) -> list[_Value] | _Value | float:
+        atoms = text.split("/")
+        if len(atoms) > 2:
+            raise _Invalid(f"Invalid repeat: {text}")
+        if len(atoms) == 2:
+            if not math.isnan(_js_number(atoms[0])):  # atoms[0] == +atoms[0]
+                atoms = [f"{atoms[0]}-{high}", atoms[1]]
+            return parse_range(atoms[0], atoms[1])
+        return parse_range(text, 1)
+
+    stack: list[_Value] = []
+    items = value.split(",")
+    if not all(items):
+        raise _Invalid("Invalid list value format")
+    for item in items:
+        result = parse_repeat(item)
+        if isinstance(result, list):
+            for number in result:
+                if not is_special(number) and not (isinstance(number, int) and low <= number <= high):
+                    raise _Invalid(f"Constraint error, got value {number}")
+                stack.append(number)
+        elif is_special(result):
+            stack.append(result)
+        else:
+            number = _js_number(result) if isinstance(result, str) else result
+            if math.isnan(number) or not low <= number <= high:
+                raise _Invalid(f"Constraint error, got value {result}")
+            stack.append(int(number) % 7 if field == "dayOfWeek" else int(number))
+    return sorted(stack, key=lambda v: (1, v, 0) if isinstance(v, str) else (0, "", v))
+
+
+def _js_number(text: str | float) -> float:
+    """JavaScript's unary ``+`` on the texts a cron field can hold ('' is 0, anything odd is NaN)."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    text = text.strip()
+    if not text:
+        return 0.0
+    return float(text) if re.fullmatch(r"[+-]?[0-9]+", text) else math.nan
+
+
+def _numbers(values: Sequence[_Value]) -> frozenset[int]:
+    return frozenset(v for v in values if isinstance(v, int))
+
+
+def _has_l(values: Sequence[_Value]) -> bool:
+    return any(isinstance(v, str) and "L" in v for v in values)
+
+
+def _is_last_day_of_month(at: datetime) -> bool:
+    return at.day == calendar.monthrange(at.year, at.month)[1]
+
+
+def _is_last_weekday(at: datetime) -> bool:
+    return (at.date() + timedelta(days=7)).month != at.month
+
+
+def _is_nth_day(at: datetime, nth: int) -> bool:
+    """cron-parser's isNthDayMatch: the day is the nth of its weekday in the month."""
+    if nth >= 6:
+        return False
+    if at.day < 8 and nth == 1:
+        return True
+    return (at.day - at.day % 7) // 7 + (1 if at.day % 7 else 0) == nth
+
+
+# --- system mode: busybox crond (miscutils/crond.c ParseField, FixDayDow) ------------------------------
+
+_CROND_DOW_NAMES = "sunmontuewedthufrisat"
+_CROND_MONTH_NAMES = "janfebmaraprmayjunjulaugsepoctnovdec"
+_STRTOL = re.compile(r"\s*[+-]?[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class _CrondLine:
+    """busybox's CronLine arrays after FixDayDow; tm_mon counts from 0 and tm_wday from Sunday."""
+
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+
+    def fires(self, at: datetime) -> bool:
+        return (at.minute in self.minutes and at.hour in self.hours and at.month - 1 in self.months
+                and (at.day in self.days or at.isoweekday() % 7 in self.weekdays))
+
+
+@lru_cache(maxsize=1024)
+def _crond_line(schedule: str) -> _CrondLine | None:
+    """The line crond builds from ``<schedule> <command>``; None for lines it skips."""
+    tokens = schedule.split()
+    if len(tokens) != 5 or schedule.startswith("@"):
+        return None  # crond needs five time fields before the command (its @-names are not used here)
+    minutes = _crond_field(tokens[0], 60, 0, None)
+    hours = _crond_field(tokens[1], 24, 0, None)
+    days = _crond_field(tokens[2], 32, 0, None)
+    months = _crond_field(tokens[3], 12, -1, _CROND_MONTH_NAMES)
+    weekdays = _crond_field(tokens[4], 7, 0, _CROND_DOW_NAMES)
+    # FixDayDow: a field with every slot set is unused, and then only the other one decides.
+    week_used, days_used = len(weekdays) < 7, len(days) < 32
+    if week_used != days_used:
+        if week_used:
+            days = frozenset()
+        else:
+            weekdays = frozenset()
+    return _CrondLine(minutes, hours, days, months, weekdays)
+
+
+def _crond_field(text: str, modvalue: int, off: int, names: str | None) -> frozenset[int]:
+    """ParseField: a parse error stops filling but keeps what was filled (crond only logs it)."""
+    slots: set[int] = set()
+    pos, n1, n2 = 0, -1, -1
+    while True:
+        found = False
+        if text[pos:pos + 1] == "*":
+            n1, n2, found = 0, modvalue - 1, True
+            pos += 1
+        elif text[pos:pos + 1].isascii() and text[pos:pos + 1].isdigit():
+            number, pos = _strtol(text, pos)
+            if n1 < 0:
+                n1 = number + off
+            else:
+                n2 = number + off
+            found = True
+        elif names is not None:
+            for i in range(0, len(names), 3):
+                if text[pos:pos + 3].lower() == names[i:i + 3]:
+                    pos += 3
+                    if n1 < 0:
+                        n1 = i // 3
+                    else:
+                        n2 = i // 3
+                    found = True
+                    break
+        if not found:
+            return frozenset(slots)
+        if text[pos:pos + 1] == "-" and n2 < 0:
+            pos += 1
+            continue
+        if n2 < 0:
+            n2 = n1
+        skip = 1
+        if text[pos:pos + 1] == "/":
+            skip, pos = _strtol(text, pos + 1)
+        countdown, failsafe = 1, 1024
+        n1 -= 1
+        while True:  # fill with wrap-around; a bound outside the field never ends but at the failsafe
+            n1 = _c_mod(n1 + 1, modvalue)
+            countdown -= 1
+            if countdown == 0:
+                if 0 <= n1 < modvalue:
+                    slots.add(n1)
+                countdown = skip
+            failsafe -= 1
+            if failsafe == 0:
+                return frozenset(slots)
+            if n1 == n2:
+                break
+        if text[pos:pos + 1] != ",":
+            break
+        pos += 1
+        n1 = n2 = -1
+    return frozenset(slots)
+
+
+def _strtol(text: str, pos: int) -> tuple[int, int]:
+    """C strtol(base 10) from ``pos``: the number and where it stopped (0 and ``pos`` if none)."""
+    match = _STRTOL.match(text, pos)
+    if match is None:
+        return 0, pos
+    return int(match.group()), match.end()
+
+
+def _c_mod(a: int, b: int) -> int:
+    return a - b * int(a / b)  # C's %, which keeps the dividend's sign
