@@ -182,10 +182,12 @@ def print_summary(summary: ImportSummary, console: Console) -> None:
     table.add_column("count", justify="right")
     table.add_row("instances scanned", f"{summary.scanned} of {summary.total}")
     table.add_row("imported (legacy_import Runs)", str(summary.imported))
-    for status in sorted(summary.by_status):
-        table.add_row(f"  {status}", str(summary.by_status[status]))
-    if summary.finish_time_unknown:
-        table.add_row(f"    of which {FINISH_TIME_UNKNOWN} (2.x boot reset)", str(summary.finish_time_unknown))
+    # Boot-reset rows are cancelled Runs, so their count sits under "cancelled".
+    statuses = set(summary.by_status) | ({"cancelled"} if summary.finish_time_unknown else set())
+    for status in sorted(statuses):
+        table.add_row(f"  {status}", str(summary.by_status.get(status, 0)))
+        if status == "cancelled" and summary.finish_time_unknown:
+            table.add_row(f"    of which {FINISH_TIME_UNKNOWN} (2.x boot reset)", str(summary.finish_time_unknown))
     table.add_row("running: handed to the shadow path", str(summary.handed_to_shadow))
     table.add_row("skipped (already present)", str(summary.skipped))
     if summary.unsupported:
