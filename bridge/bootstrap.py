@@ -81,8 +81,12 @@ def build_flags(store: Store) -> FlagService:
     return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms, primary_available=True)
 
 
-def build_container(settings: Settings, *, schedule_reconciler: bool = False) -> Container:
-    """Everything `bridge serve` runs on. Raises BridgeError when 2.x's data directory is not usable."""
+def build_container(settings: Settings, *, schedule_reconciler: bool = False,
+                    recovery_deferred: bool = False) -> Container:
+    """Everything `ql-bridge serve` runs on. Raises BridgeError when 2.x's data directory is foreign.
+
+    ``recovery_deferred``: startup recovery could not read 2.x's database; the reconcile schedule runs it
+    again before each pass until it has settled every Run."""
     metrics = BridgeMetrics()
     store = build_store(settings, metrics=metrics)
     container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store)
@@ -109,11 +113,28 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False) ->
 
             reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
             clock = SystemClock()
-            scheduler = start_reconcile_schedule(reconciler.run_once, settings.reconcile_interval_s,
+            job = _recovering_first(reconciler, store, metrics) if recovery_deferred else reconciler.run_once
+            scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
                                                  lambda: run_housekeeping(store.engine, clock.now_ms()),
                                                  INTERVAL_S)
             container.closers.append(lambda: scheduler.shutdown(wait=True))
     return container
+
+
+def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
+    """The reconcile job, preceded by startup recovery until a recovery defers nothing any more."""
+    from bridge.recovery import recover_on_startup
+    from bridge.storage.reconcile_queries import ReconcileStore
+
+    pending = [True]
+
+    def job() -> object:
+        if pending[0]:
+            outcomes = recover_on_startup(ReconcileStore(store.engine), store.runs, reconciler.reader, metrics=metrics)
+            pending[0] = any(outcome.startswith("deferred:") for outcome in outcomes)
+        return reconciler.run_once()
+
+    return job
 
 
 def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService,

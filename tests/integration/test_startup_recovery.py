@@ -98,3 +98,38 @@ def test_the_instance_is_looked_up_through_the_primary_key_never_by_scanning_2xs
         for sql in reads:
             plans.update(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
     assert plans and not [p for p in plans if p.startswith("SCAN") and "RunningInstances" in p], plans
+
+
+def test_recovery_deferred_by_a_hot_journal_is_run_again_by_the_reconcile_job_once_2x_reads(world: World) -> None:
+    from types import SimpleNamespace
+
+    from bridge.bootstrap import _recovering_first
+    from bridge.metrics import BridgeMetrics
+
+    cron = world.data.add_cron("deferred cron", "task deferred.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 64, "deferred.log")) == 200
+    assert world.direct(end(cron, 64, "deferred.log", exit_code=0)) == 200  # the bridge was down for this
+    world.data.leave_hot_journal()
+    reader = LegacyReader(world.data.database_path)
+    assert recover(world, reader) == {"deferred:hot_journal": 1}  # what `ql-bridge serve` saw at start
+
+    passes: list[str] = []
+
+    class Reconciler:
+        def __init__(self) -> None:
+            self.reader = reader
+
+        def run_once(self) -> str:
+            passes.append("pass")
+            return "ok"
+
+    store = SimpleNamespace(engine=world.store.engine, runs=world.runs)
+    job = _recovering_first(Reconciler(), store, BridgeMetrics())  # type: ignore[arg-type]
+    job()  # still hot: deferred again, and the pass runs anyway
+    assert world.run_row(cron, 64, "deferred.log")["status"] == "running"  # type: ignore[index]
+    world.data.roll_back_hot_journal()
+    job()
+
+    row = world.run_row(cron, 64, "deferred.log")
+    assert row is not None and row["status"] == "succeeded"
+    assert passes == ["pass", "pass"]
