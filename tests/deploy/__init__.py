@@ -1,0 +1,1 @@
+"""Checks of the container files (Dockerfile, .dockerignore, compose.yaml, docker/entrypoint.sh), without Docker."""
