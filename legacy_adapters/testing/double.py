@@ -1,11 +1,17 @@
 """``Legacy2xDouble``: a QingLong v2.21.0 backend TEST DOUBLE on a local port, for tests and demos.
 
 It follows legacy-2x.md (1.4, 3.1-3.7, 4, 5) over a ``LegacyDataDir``; it is never a production 2.x.
+Its ``/open/*`` check is its own port of back/loaders/express.ts (never the bridge's), and its messages go
+through a port of back/shared/i18n.ts: ``t()`` answers in the process language that ``start()`` sets as
+initData does and ``PUT /api/system/config/lang`` changes, each time also writing ``keyv:lang``.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import math
+import re
 import sqlite3
 import threading
 import time
@@ -16,20 +22,33 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
     StatusCallback,
+    _joi_error,
     decode_json_body,
     validate_id_array,
     validate_status_payload,
 )
-from legacy_adapters.errors import LegacyAuthError, LegacyCallbackParseError, node_json
+from legacy_adapters.errors import LegacyCallbackParseError, node_json
 from legacy_adapters.schema import CrontabStatus, InstanceStatus, format_updated_at
 from legacy_adapters.testing.datadir import LegacyDataDir, connect, immediate
 
 JSON_TYPE = "application/json; charset=utf-8"  # what Express res.send(object) sets
 UNDEFINED_PID = 'WHERE parameter "pid" has invalid "undefined" value'
 _UNDEFINED = object()  # a JS undefined, which 2.x compares differently from null
+
+# back/shared/i18n.ts messages.en, for the messages this double can answer with.
+_MESSAGES_EN = {
+    "暂无权限": "Access denied",
+    "Token 已失效": "Token expired",
+    "请先登录": "Please login first",
+}
+# config.apiWhiteList: these pass the token middleware without a token.
+_API_WHITE_LIST = frozenset({
+    "/api/user/login", "/api/health", "/open/auth/token", "/api/user/two-factor/login", "/api/system",
+    "/api/user/init", "/api/user/notification/init", "/open/user/login", "/open/user/two-factor/login",
+    "/open/system", "/open/user/init", "/open/user/notification/init",
+})
 
 
 def static_asset(name: str) -> bytes:
@@ -83,6 +102,54 @@ def _status_options(cb: StatusCallback) -> tuple[dict[str, Any], Any]:
     return options, started
 
 
+def _get_token(authorization: str | None) -> str:
+    """back/config/util.ts getToken: a Bearer token with each prefix replaced once."""
+    if authorization and authorization.split(" ")[0] == "Bearer":
+        return authorization.replace("Bearer ", "", 1).replace("mobile-", "", 1).replace("desktop-", "", 1)
+    return ""
+
+
+def _get_platform(user_agent: str) -> str:
+    """back/config/util.ts getPlatform."""
+    ua = user_agent.lower()
+    if re.search(r"windows|win32|win64|wow32|wow64|macintosh|macintel|x11", ua):
+        return "desktop"
+    if re.search(r"android|adr|ios|iphone|ipad|ipod|iwatch|openharmony", ua) or "mobile" in ua:
+        return "mobile"
+    return "desktop"
+
+
+def _js_lt(left: Any, right: float) -> bool:
+    """JavaScript ``left < right`` (right a number): ToNumber on the left, and NaN compares false."""
+    if left is _UNDEFINED:
+        return False
+    if left is None or isinstance(left, bool):
+        left = int(left or 0)
+    elif isinstance(left, str):
+        text = left.strip()
+        if text and not re.fullmatch(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", text):
+            return False
+        left = float(text) if text else 0.0
+    elif not isinstance(left, (int, float)):
+        return False
+    return bool(left < right)
+
+
+def _is_valid_token(auth_info: Any, token: str, platform: str) -> bool:
+    """back/shared/auth.ts isValidToken."""
+    if not isinstance(auth_info, dict) or not auth_info or not token:
+        return False
+    if token == auth_info.get("token", ""):
+        return True
+    tokens = auth_info.get("tokens")
+    per_platform = (tokens if isinstance(tokens, dict) else {}).get(platform)
+    if isinstance(per_platform, str):
+        return token == per_platform
+    if isinstance(per_platform, list):
+        return any(isinstance(t, dict) and t.get("value") == token for t in per_platform)
+    return False
+
+
 def _open_instance(conn: sqlite3.Connection, cron_id: float, cb: StatusCallback, started: Any, stamp: str) -> None:
     # pid || undefined and log_path || undefined: falsy values are left NULL.
     with immediate(conn):
@@ -122,11 +189,17 @@ class Legacy2xDouble:
         clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
         port: int = 0,
+        lang: str | None = None,
+        system_lang: str = "zh",
     ) -> None:
+        """``lang`` is the system setting (``systemConfig.info.lang``; None: never set) and ``system_lang``
+        what ``systemLang()`` gives the 2.x process ("en" when Node's Intl locale is English, else "zh")."""
         self.data_dir = data_dir
         self.panel_token = panel_token
         self._clock = clock
-        self._authority = LegacyTokenAuthority(data_dir.keyv_path)
+        self._config_lang = lang
+        self._system_lang = system_lang
+        self._current_lang = "zh"  # i18n.ts: let currentLang = 'zh', until initData sets it
         self._address = (host, port)
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
@@ -139,11 +212,13 @@ class Legacy2xDouble:
             self._routes[("PUT", f"{prefix}/crons/run")] = self._run
             self._routes[("PUT", f"{prefix}/crons/stop")] = self._stop
             self._routes[("POST", f"{prefix}/dashboard/record")] = self._record
+            self._routes[("PUT", f"{prefix}/system/config/lang")] = self._update_language
 
     # --- lifecycle and test hooks --------------------------------------------------------
 
     def start(self) -> Legacy2xDouble:
-        """Listen on a free 127.0.0.1 port in a background thread."""
+        """Boot (initData's language step), then listen on a free 127.0.0.1 port in a background thread."""
+        self._set_lang(self._config_lang or self._system_lang)  # systemConfig.info?.lang || systemLang()
         server = ThreadingHTTPServer(self._address, _Handler)
         server.daemon_threads = True
         server.double = self  # type: ignore[attr-defined]
@@ -234,13 +309,7 @@ class Legacy2xDouble:
     def _authenticate(self, request: RecordedRequest) -> _Reply | None:
         authorization = request.header("authorization")
         if request.path.startswith("/open/"):
-            try:
-                self._authority.check_open_request(
-                    request.path, authorization, self._clock(), user_agent=request.header("user-agent")
-                )
-            except LegacyAuthError as error:
-                return _Reply(401, error.legacy_body)
-            return None
+            return self._authenticate_open(request)
         # express-jwt (HS384) on /api/*: the double knows one valid panel JWT, not the secret.
         parts = (authorization or "").split(" ")
         if not authorization:
@@ -252,6 +321,57 @@ class Legacy2xDouble:
         else:
             message = "jwt malformed" if parts[1].count(".") != 2 else "invalid signature"
         return _json(401, {"code": 401, "message": message})
+
+    def _authenticate_open(self, request: RecordedRequest) -> _Reply | None:
+        """The token middleware of back/loaders/express.ts for a ``/open/`` path (no baseUrl)."""
+        token = _get_token(request.header("authorization"))
+        path = request.path.lower()
+        apps = self._keyv("apps")
+        owner = next((a for a in apps or [] if isinstance(a, dict)
+                      and any(isinstance(t, dict) and t.get("value") == token for t in a.get("tokens") or [])), None)
+        if owner is not None and owner.get("tokens"):
+            current = next(t for t in owner["tokens"] if isinstance(t, dict) and t.get("value") == token)
+            match = re.search(r"/open/([a-z]+)/*", path)
+            if not match or match.group(1) not in (owner.get("scopes") or []):
+                return self._unauthorized("暂无权限")
+            if _js_lt(current.get("expiration", _UNDEFINED), math.floor(self._clock() + 0.5)):  # Math.round
+                return self._unauthorized("Token 已失效")
+            return None
+        if not token and path in _API_WHITE_LIST:
+            return None
+        if _is_valid_token(self._keyv("authInfo"), token, _get_platform(request.header("user-agent") or "")):
+            return None
+        return self._unauthorized("Token 已失效" if token else "请先登录")
+
+    def _unauthorized(self, key: str) -> _Reply:
+        # UnauthorizedError -> res.status(401).send({code: 401, message: err.message})
+        return _json(401, {"code": 401, "message": self._t(key)})
+
+    # --- i18n (back/shared/i18n.ts) and the keyv cache (back/shared/store.ts) ------------------
+
+    def _t(self, key: str) -> str:
+        return _MESSAGES_EN.get(key, key) if self._current_lang == "en" else key
+
+    def _set_lang(self, lang: str | None) -> None:
+        self._current_lang = lang or "zh"
+        self.data_dir.write_keyv("lang", self._current_lang)  # shareStore.setLang
+
+    @property
+    def language(self) -> str:
+        """The process language ``t()`` translates into."""
+        return self._current_lang
+
+    def _keyv(self, key: str) -> Any:
+        """Keyv get: the value under ``keyv:<key>``, None when absent or expired (read on every request)."""
+        with closing(sqlite3.connect(self.data_dir.keyv_path, timeout=5.0)) as conn:
+            row = conn.execute("SELECT value FROM keyv WHERE key = ?", (f"keyv:{key}",)).fetchone()
+        if row is None:
+            return None
+        envelope = json.loads(row[0])
+        expires = envelope.get("expires")
+        if isinstance(expires, (int, float)) and self._clock() * 1000 > expires:
+            return None
+        return envelope.get("value")
 
     def _echo(self, request: RecordedRequest) -> _Reply:
         return _json(
@@ -331,6 +451,20 @@ class Legacy2xDouble:
                     [(int(CrontabStatus.IDLE), stamp, i) for i in ids],
                 )
         return _json(200, {"code": 200})
+
+    # --- SystemService.updateLanguage (back/services/system.ts, PUT /system/config/lang) ------
+
+    def _update_language(self, payload: Any) -> _Reply:
+        body = payload if isinstance(payload, dict) else {}
+        for key in body:
+            if key != "lang":
+                raise _joi_error([key], "is not allowed")
+        lang = body.get("lang")
+        if lang is not None and not isinstance(lang, str):
+            raise _joi_error(["lang"], "must be a string")
+        lang = lang or "zh"  # the Auths row is not modelled: the double has no systemConfig to rewrite
+        self._set_lang(lang)
+        return _json(200, {"code": 200, "data": {"lang": lang}})
 
     def _record(self, payload: Any) -> _Reply:
         body = payload if isinstance(payload, dict) else {}

@@ -106,3 +106,84 @@ def test_the_keyv_file_is_cached_for_at_most_a_second(legacy_dir: LegacyDataDir)
 def test_a_missing_keyv_file_knows_no_token(tmp_path: object) -> None:
     authority = LegacyTokenAuthority(f"{tmp_path}/missing.sqlite")
     assert denial(authority, STATUS, "Bearer x").legacy_message == "Token 已失效"
+
+
+# --- The language of the 401 bodies: 2.x's keyv:lang (what its t() translates into) ----------------------
+
+def all_denials(authority: LegacyTokenAuthority, legacy_dir: LegacyDataDir) -> list[bytes]:
+    return [denial(authority, STATUS, None).legacy_body,
+            denial(authority, STATUS, f"Bearer {legacy_dir.expired_token}").legacy_body,
+            denial(authority, STATUS, "Bearer 00000000-0000-4000-8000-000000000000").legacy_body,
+            denial(authority, STATUS, f"Bearer {legacy_dir.limited_token}").legacy_body]
+
+
+def bodies(*messages: str) -> list[bytes]:
+    return [('{"code":401,"message":"' + m + '"}').encode() for m in messages]
+
+
+CHINESE_BODIES = bodies("请先登录", "Token 已失效", "Token 已失效", "暂无权限")
+ENGLISH_BODIES = bodies("Please login first", "Token expired", "Token expired", "Access denied")
+
+
+def test_an_english_install_is_refused_in_english(authority: LegacyTokenAuthority, legacy_dir: LegacyDataDir) -> None:
+    legacy_dir.write_keyv("lang", "en")
+
+    assert all_denials(authority, legacy_dir) == ENGLISH_BODIES
+    assert authority.language() == "en"
+
+
+@pytest.mark.parametrize("lang", ["zh", "EN", "en-US", "ja", 1, None])
+def test_every_other_language_value_is_answered_in_chinese(
+    authority: LegacyTokenAuthority, legacy_dir: LegacyDataDir, lang: object
+) -> None:
+    legacy_dir.write_keyv("lang", lang)  # t() translates for exactly 'en'
+
+    assert all_denials(authority, legacy_dir) == CHINESE_BODIES
+
+
+def test_without_a_lang_row_2x_answers_in_its_default_chinese(
+    authority: LegacyTokenAuthority, legacy_dir: LegacyDataDir
+) -> None:
+    # Releases before v2.21.0 have no i18n and no keyv:lang; v2.21.0 writes it before it listens.
+    assert all_denials(authority, legacy_dir) == CHINESE_BODIES
+    assert authority.language() == "zh"
+
+
+def test_a_language_change_is_followed_within_the_cache_second(legacy_dir: LegacyDataDir) -> None:
+    now = [100.0]
+    authority = LegacyTokenAuthority(legacy_dir.keyv_path, clock=lambda: now[0])
+    assert denial(authority, STATUS, None).legacy_message == "请先登录"
+    legacy_dir.write_keyv("lang", "en")
+    now[0] += 1.0
+
+    assert denial(authority, STATUS, None).legacy_message == "Please login first"
+
+
+@pytest.mark.parametrize("expiration, passes", [
+    (None, False),  # null < now
+    ("9999999999", True),  # a numeric string compares as its number
+    ("1000", False),
+    ("soon", True),  # NaN is never less than now
+    (True, False),
+])
+def test_a_token_expiration_compares_like_javascript(
+    authority: LegacyTokenAuthority, legacy_dir: LegacyDataDir, expiration: object, passes: bool
+) -> None:
+    token = {"value": "tok", "expiration": expiration}
+    legacy_dir.write_keyv("apps", [{"name": "t", "scopes": ["crons"], "tokens": [token]}])
+    if passes:
+        authority.check_open_request(STATUS, "Bearer tok", time.time())
+    else:
+        assert denial(authority, STATUS, "Bearer tok").reason == "expired"
+
+
+def test_a_token_without_an_expiration_never_expires(
+    authority: LegacyTokenAuthority, legacy_dir: LegacyDataDir
+) -> None:
+    legacy_dir.write_keyv("apps", [{"name": "t", "scopes": ["crons"], "tokens": [{"value": "tok"}]}])
+
+    authority.check_open_request(STATUS, "Bearer tok", time.time())  # undefined < now is false
+
+
+def test_openharmony_is_a_mobile_platform() -> None:
+    assert platform_of("Mozilla/5.0 (Phone; OpenHarmony 4.0) AppleWebKit/537.36") == "mobile"
