@@ -239,7 +239,7 @@ class Legacy2xDouble:
         self._server = self._thread = None
 
     def __enter__(self) -> Legacy2xDouble:
-        return self.start()
+        return self if self._server is not None else self.start()  # `with Legacy2xDouble(d).start()` too
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
