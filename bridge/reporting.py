@@ -105,7 +105,7 @@ def build_report(settings: Settings, engine: Engine, reader: LegacyReader, *, si
                  batch_size: int = BATCH_SIZE) -> dict[str, Any]:
     """The cutover-report document for ``origins`` (None: all) over [since_ms, until_ms]."""
     thresholds = thresholds or GateThresholds()
-    window = Window(since_ms, until_ms)
+    window = Window(since_ms, until_ms, settings.legacy_tz or local_zone_name())  # 2.x's zone, for its schedules too
     queries = ReportQueries(engine)
     tally, notes = _Tally(), list[str]()
     pending = _load_unattributed(queries, window, notes)
@@ -120,10 +120,9 @@ def build_report(settings: Settings, engine: Engine, reader: LegacyReader, *, si
         selected += sorted(set(tally.figures) - set(ORIGIN_ORDER))  # an origin a newer bridge wrote
     else:
         selected = list(dict.fromkeys(origins))
-    entries = [_entry(o, tally, thresholds, window, modes.get(o)) for o in selected]
     seam = _seam_findings(engine, window)
-    for entry in entries:
-        entry["seam"] = seam[entry["origin"]].message if entry["origin"] in seam else None
+    entries = [_entry(o, tally, thresholds, window, modes.get(o), seam[o].message if o in seam else None)
+               for o in selected]
     wanted = None if origins is None else [None if o == UNKNOWN else o for o in selected]
     rows = queries.mismatch_timeline(since_ms, until_ms, wanted)
     report = assemble(generated_at_ms=now_ms if now_ms is not None else _now_ms(), window=window,
@@ -162,7 +161,7 @@ class _Scan:
                  batch_size: int) -> None:
         self.reader, self.queries, self.tally, self.pending = reader, queries, tally, pending
         self.window, self.batch_size = window, batch_size
-        self.tz = ZoneInfo(settings.legacy_tz or local_zone_name())
+        self.tz = ZoneInfo(window.zone)
         self.scheduler_mode = (detect_scheduler_mode() if settings.legacy_scheduler == "auto"
                                else settings.legacy_scheduler)
         self.get_cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
@@ -322,8 +321,8 @@ def _store_figures(queries: ReportQueries, tally: _Tally, window: Window, thresh
         f.open_mismatches_by_kind[kind] = f.open_mismatches_by_kind.get(kind, 0) + n
         room = MAX_EXAMPLES - len(f.examples)
         if room > 0:
-            f.examples += [example(r) for r in queries.open_mismatch_examples(origin, kind,
-                                                                              min(EXAMPLES_PER_KIND, room))]
+            f.examples += [example(r, window.zone) for r in queries.open_mismatch_examples(
+                origin, kind, min(EXAMPLES_PER_KIND, room))]
     for f in tally.figures.values():
         f.duplicates = f.open_mismatches_by_kind.get("duplicate", 0)
         f.stuck_runs = f.open_mismatches_by_kind.get("stuck", 0)
@@ -335,15 +334,16 @@ def _store_figures(queries: ReportQueries, tally: _Tally, window: Window, thresh
         tally.fig(origin).shadow_write_failures += n
 
 
-def _entry(origin: str, tally: _Tally, thresholds: GateThresholds, window: Window,
-           mode: str | None) -> dict[str, Any]:
+def _entry(origin: str, tally: _Tally, thresholds: GateThresholds, window: Window, mode: str | None,
+           seam: str | None) -> dict[str, Any]:
+    """One origin's entry; ``seam`` is the finding that its callbacks bypass the bridge, which leads its verdict."""
     if origin in UNOBSERVABLE:
         return unobservable_entry(origin, mode=mode)
     figures = tally.figures.get(origin) or OriginFigures(origin)
     if origin == UNKNOWN:
-        return origin_entry(figures, thresholds, window, mode=None, promotable=False,
+        return origin_entry(figures, thresholds, window, mode=None, promotable=False, seam=seam,
                             note="executions and mismatches that could not be attributed to an origin")
-    return origin_entry(figures, thresholds, window, mode=mode)
+    return origin_entry(figures, thresholds, window, mode=mode, seam=seam)
 
 
 def _standard_notes(excluded: int) -> list[str]:

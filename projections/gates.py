@@ -10,8 +10,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 GATES = ("completeness", "terminal_status_agreement", "exit_code_agreement", "no_unexplained_duplicates",
          "no_stale_mismatches")
@@ -65,10 +66,12 @@ class GateThresholds:
 
 @dataclass(frozen=True)
 class Window:
-    """The measurement window, UTC milliseconds, both ends inclusive."""
+    """The measurement window, UTC milliseconds, both ends inclusive, and the IANA zone its times are shown in
+    (2.x's: its schedules and logs are local time)."""
 
     start_ms: int
     end_ms: int
+    zone: str = "UTC"
 
 
 @dataclass
@@ -149,7 +152,7 @@ def evaluate(figures: OriginFigures, thresholds: GateThresholds, window: Window)
                  f"{f.duplicates} open duplicate-execution mismatch(es)"),
         _at_most("no_stale_mismatches", f.stale_mismatches, 0, "stale_mismatches_found",
                  f"{f.stale_mismatches} open {'/'.join(t.stale_mismatch_kinds) or '(no kinds)'} mismatch(es) "
-                 f"first seen before the window start ({_utc(window.start_ms)})"),
+                 f"first seen before the window start ({local_time(window.start_ms, window.zone, millis=False)})"),
     ]
 
 
@@ -177,8 +180,12 @@ def _at_most(gate: str, value: int, limit: int, failure: str, detail: str) -> Ga
     return GateVerdict(gate, passed, value, limit, "meets_threshold" if passed else failure, detail)
 
 
-def _utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def local_time(ms: int, zone: str, *, millis: bool = True) -> str:
+    """UTC milliseconds as RFC 3339 in ``zone`` with that moment's offset: ``2026-12-02T21:00:00.000+08:00``."""
+    moment = datetime.fromtimestamp(ms // 1000, tz=ZoneInfo(zone))
+    minutes = int(moment.utcoffset().total_seconds()) // 60  # type: ignore[union-attr]
+    offset = f"{'-' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+    return f"{moment.strftime('%Y-%m-%dT%H:%M:%S')}{f'.{ms % 1000:03d}' if millis else ''}{offset}"
 
 
 def _raw(env: Mapping[str, str], name: str) -> str | None:

@@ -110,12 +110,12 @@ class Scenario:
                             thresholds=GateThresholds(min_executions=min_executions), batch_size=7)
 
 
-def make_scenario(backend: Backend, tmp_path: Path) -> Scenario:
+def make_scenario(backend: Backend, tmp_path: Path, legacy_tz: str | None = "UTC") -> Scenario:
     legacy = create_legacy_data_dir(tmp_path / "ql-data")
     clock = FixedClock(NOW_MS)
     recorder = ShadowRecorder(RunService(backend.uow, clock=clock))  # type: ignore[arg-type]
     settings = Settings(database_url=backend.url or "", data_dir=tmp_path, legacy_data_dir=legacy.root,
-                        legacy_tz="UTC", legacy_scheduler="node")
+                        legacy_tz=legacy_tz, legacy_scheduler="node")
     return Scenario(legacy, backend, clock, recorder, settings)
 
 

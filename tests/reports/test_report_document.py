@@ -24,8 +24,10 @@ from projections.report import (
 from projections.report_html import render_html
 
 WINDOW = Window(1_795_611_600_000, 1_796_216_400_000)
-TOP_KEYS = ["schema", "generated_at", "window", "thresholds", "origins", "mismatch_timeline", "notes"]
-ORIGIN_KEYS = ["origin", "mode", "observable", "note", "figures", "ratios", "gates", "ready_for_primary"]
+TOP_KEYS = ["schema", "generated_at", "generated_at_local", "time_zone", "window", "thresholds", "origins",
+            "mismatch_timeline", "notes"]
+ORIGIN_KEYS = ["origin", "verdict", "mode", "observable", "note", "figures", "ratios", "gates", "ready_for_primary",
+               "seam"]
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 
 
@@ -50,7 +52,9 @@ def test_the_document_has_every_required_key_in_the_documented_order_with_the_ri
     assert report["schema"] == SCHEMA == "ql-bridge/cutover-report@1"
     assert RFC3339.match(report["generated_at"]) and RFC3339.match(report["window"]["start"])
     assert report["window"] == {"start": "2026-11-25T13:00:00.000Z", "end": "2026-12-02T13:00:00.000Z",
-                                "start_ms": WINDOW.start_ms, "end_ms": WINDOW.end_ms}
+                                "start_ms": WINDOW.start_ms, "end_ms": WINDOW.end_ms,
+                                "start_local": "2026-11-25T13:00:00.000+00:00",
+                                "end_local": "2026-12-02T13:00:00.000+00:00"}  # WINDOW's zone is UTC
     assert all(list(o) == ORIGIN_KEYS for o in report["origins"])
     assert report["mismatch_timeline"] == [{"day": "2026-11-30", "kind": "exit_code", "opened": 2},
                                            {"day": "2026-12-02", "kind": "stuck", "opened": 1}]

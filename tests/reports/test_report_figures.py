@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
 
 from legacy_adapters.callbacks import log_path_digest
 from projections.report import check_report, to_json
 from projections.report_html import render_html
-from tests.reports.conftest import NOW_MS, NOW_S, SECRET_COMMAND, SECRETS, SINCE_MS, Scenario, entry, gate
+from tests.conftest import Backend
+from tests.reports.conftest import (
+    NOW_MS,
+    NOW_S,
+    SECRET_COMMAND,
+    SECRETS,
+    SINCE_MS,
+    Scenario,
+    entry,
+    gate,
+    make_scenario,
+)
 
 HOUR = 3600
 
@@ -205,7 +219,26 @@ def test_an_origin_whose_executions_mostly_bypass_the_bridge_is_named_first_not_
 
     manual = entry(report, "manual")
     assert manual["seam"] is not None and "callbacks are bypassing the bridge" in manual["seam"]
+    assert manual["verdict"]["state"] == "bypassed" and manual["ready_for_primary"] is False
+    assert manual["verdict"]["sentence"].startswith("manual: callbacks are bypassing the bridge (5 of 6 recent "
+                                                    "executions never reached it) — not ready for primary")
     assert "callbacks are bypassing the bridge" in report["notes"][0]
     assert "callbacks are bypassing the bridge" in render_html(report)
     assert entry(report, "scheduled_node")["seam"] is None
     assert check_report(report) == []
+
+
+def test_times_are_also_given_in_2x_zone_from_the_settings_else_the_hosts(
+        sql_backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shanghai = make_scenario(sql_backend, tmp_path / "a", legacy_tz="Asia/Shanghai")
+    cron = shanghai.cron()
+    shanghai.execution(cron, NOW_S - HOUR)
+    shanghai.mismatch("exit_code", first_seen_ms=NOW_MS - 3_600_000, cron_id=cron)
+    report = shanghai.report(min_executions=1)
+    assert (report["time_zone"], report["window"]["end"]) == ("Asia/Shanghai", "2026-12-02T13:00:00.000Z")
+    assert report["window"]["end_local"] == "2026-12-02T21:00:00.000+08:00"
+    assert entry(report, "manual")["figures"]["examples"][0]["first_seen_local"] == "2026-12-02T20:00:00.000+08:00"
+
+    monkeypatch.setenv("TZ", "America/Sao_Paulo")  # bridge/config.py local_zone_name reads TZ first
+    host = make_scenario(sql_backend, tmp_path / "b", legacy_tz=None).report()
+    assert (host["time_zone"], host["window"]["end_local"]) == ("America/Sao_Paulo", "2026-12-02T10:00:00.000-03:00")
