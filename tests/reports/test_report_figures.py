@@ -238,6 +238,7 @@ def test_times_are_also_given_in_2x_zone_from_the_settings_else_the_hosts(
     assert (report["time_zone"], report["window"]["end"]) == ("Asia/Shanghai", "2026-12-02T13:00:00.000Z")
     assert report["window"]["end_local"] == "2026-12-02T21:00:00.000+08:00"
     assert entry(report, "manual")["figures"]["examples"][0]["first_seen_local"] == "2026-12-02T20:00:00.000+08:00"
+    assert "2026-12-02 21:00:00 +08:00" in render_html(report)
 
     monkeypatch.setenv("TZ", "America/Sao_Paulo")  # bridge/config.py local_zone_name reads TZ first
     host = make_scenario(sql_backend, tmp_path / "b", legacy_tz=None).report()

@@ -1,10 +1,12 @@
-"""What an operator reads to decide, without any store: one verdict sentence per origin, "insufficient data"
-as a neutral state, the two sides of every diff named, times also in 2.x's zone with their offset."""
+"""What an operator reads to decide, without any store: one verdict sentence per origin before anything else,
+"insufficient data" as a neutral state, the two sides of every diff named, times in 2.x's zone with their
+offset, and charts on which near values look different."""
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from projections.report import (
     to_json,
     unobservable_entry,
 )
+from projections.report_html import agreement_chart, render_html
 
 START_MS, END_MS = 1_795_611_600_000, 1_796_216_400_000  # 2026-11-25T13:00Z .. 2026-12-02T13:00Z
 WINDOW = Window(START_MS, END_MS)
@@ -47,6 +50,14 @@ def entry_of(figures: OriginFigures, window: Window = WINDOW, **kwargs: Any) -> 
 def report_of(entries: list[dict[str, Any]], window: Window = WINDOW, rows: Any = ()) -> dict[str, Any]:
     return assemble(generated_at_ms=window.end_ms, window=window, thresholds=GateThresholds(), origins=entries,
                     mismatch_timeline=timeline(rows), notes=[])
+
+
+def verdict_items(page: str) -> list[tuple[str, str]]:
+    """(data-state, text) of each verdict line, in page order."""
+    block = page[page.index('id="verdicts"'):]
+    block = block[:block.index("</ul>")]
+    return [(state, re.sub(r"<[^>]+>", "", text)) for state, text in
+            re.findall(r'<li class="verdict" data-state="([a-z_]+)"[^>]*>(.*?)</li>', block)]
 
 
 # --- one verdict sentence per origin ---------------------------------------------------------------------
@@ -117,6 +128,31 @@ def test_the_sentence_names_the_window_length(start_ms: int, phrase: str) -> Non
     assert phrase in entry_of(healthy(), Window(start_ms, END_MS))["verdict"]["sentence"]
 
 
+def test_the_page_opens_with_the_verdict_sentences_before_window_thresholds_and_tables() -> None:
+    entries = [entry_of(healthy()), entry_of(OriginFigures("scheduled_node", executions_observed=2), mode=None),
+               unobservable_entry("subscription", mode="off")]
+    page = render_html(report_of(entries))
+    body = page[page.index("<body>"):]
+    first = re.search(r'<(?:section|table|p|svg|ul)\b[^>]*\bid="([\w-]+)"', body)
+    assert first is not None and first.group(1) == "verdicts"
+    assert body.index('id="verdicts"') < min(body.index(f'id="{i}"') for i in ("window", "thresholds",
+                                                                                "origin-table", "agreement-chart"))
+    assert verdict_items(page) == [(e["verdict"]["state"], e["verdict"]["sentence"]) for e in entries]
+
+
+def test_insufficient_data_is_never_drawn_as_a_failure() -> None:
+    few = entry_of(OriginFigures("scheduled_node", executions_observed=2, with_shadow_run=2), mode=None)
+    page = render_html(report_of([few]))
+    row = re.search(r'<tr data-origin="scheduled_node">(.*?)</tr>', page)
+    assert row is not None and 'class="fail"' not in row.group(1) and "insufficient data" in row.group(1)
+    section = page[page.index('id="gates-scheduled_node"'):]
+    heading, gates = section[:section.index("</h3>")], section[section.index('<ul class="gates">'):]
+    gates = gates[:gates.index("</ul>")]
+    assert '<span class="nodata">insufficient data</span>' in heading
+    assert "FAIL" not in gates and 'class="fail"' not in gates
+    assert gates.count('<span class="nodata">INSUFFICIENT DATA</span>') == 3  # the ratio gates; the count gates pass
+
+
 # --- the sides of a diff -----------------------------------------------------------------------------------
 
 
@@ -147,6 +183,22 @@ def test_a_diff_is_split_into_what_2x_holds_and_what_the_shadow_holds(kind: str,
     assert example(row)["sides"] == sides
 
 
+def test_the_page_labels_each_side_of_a_diff_in_words() -> None:
+    figures = healthy(open_mismatches_by_kind={"exit_code": 1, "missing": 1})
+    figures.examples = [
+        example({"kind": "exit_code", "legacy_cron_id": 4, "run_id": None, "first_seen_ms": END_MS - 5000,
+                 "diff": VALUES_CHANGED}),
+        example({"kind": "missing", "legacy_cron_id": 4, "run_id": None, "first_seen_ms": END_MS - 5000,
+                 "diff": '{"legacy": {"status": 1, "pid": 4001}, "shadow": null}'})]
+    page = render_html(report_of([entry_of(figures)]))
+    table = page[page.index('id="examples-table"'):]
+    table = table[:table.index("</table>")]
+    text = re.sub(r"<[^>]+>", " ", table)
+    assert re.search(r"2\.x\s+exit_code = 2", text) and re.search(r"shadow\s+exit_code = 1", text)
+    assert re.search(r"shadow\s+no Run", text) and "status = 1 (finished)" in text
+    assert "old_value" not in table and "new_value" not in table
+
+
 # --- times in 2.x's zone -----------------------------------------------------------------------------------
 
 
@@ -169,11 +221,67 @@ def test_the_document_keeps_utc_and_adds_2x_local_siblings_with_the_offset() -> 
     assert check_report(report) == []
 
 
+def test_the_page_shows_every_time_in_2x_zone_with_its_offset_and_no_utc_time() -> None:
+    figures = healthy(stale_mismatches=1)
+    figures.examples = [example({"kind": "stuck", "legacy_cron_id": 4, "run_id": None,
+                                 "first_seen_ms": START_MS - 86_400_000, "diff": "{}"}, zone="Asia/Shanghai")]
+    page = render_html(report_of([entry_of(figures, shanghai())], shanghai()))
+    assert "2026-11-25 21:00:00 +08:00" in page and "2026-12-02 21:00:00 +08:00" in page  # window
+    assert "2026-11-24 21:00:00 +08:00" in page  # the example's first sighting
+    assert "Asia/Shanghai" in page
+    assert re.findall(r"\d{2}:\d{2}:\d{2}(?:\.\d+)?Z", page) == []
+
+
 def test_daylight_saving_shows_each_time_with_its_own_offset() -> None:
     summer_to_winter = Window(1_793_300_000_000 - 7 * 86_400_000, 1_793_300_000_000,
                               zone="Europe/Berlin")  # type: ignore[call-arg]
     report = report_of([], summer_to_winter)  # 2026-10-22 .. 2026-10-29: CEST, then CET from 25 October
     assert report["window"]["start_local"].endswith("+02:00") and report["window"]["end_local"].endswith("+01:00")
+
+
+# --- charts ------------------------------------------------------------------------------------------------
+
+
+def bar_widths(svg: str) -> list[float]:
+    return [float(w) for w in re.findall(r'<rect class="bar" [^>]*width="([\d.]+)"', svg)]
+
+
+def test_near_agreement_values_get_visibly_different_bars_each_with_its_figure() -> None:
+    a = entry_of(healthy("manual", n=1000, with_shadow_run=995))
+    b = entry_of(healthy("scheduled_node", n=1000, with_shadow_run=999))
+    svg = agreement_chart([a, b])
+    widths = bar_widths(svg)
+    assert len(widths) == 6
+    assert widths[3] - widths[0] >= 40  # 99.5 % and 99.9 % completeness: a difference the eye sees
+    assert "99.50%" in svg and "99.90%" in svg
+    assert "995 of 1,000" in svg and "999 of 1,000" in svg
+
+
+def test_the_agreement_axis_says_where_it_starts() -> None:
+    page = render_html(report_of([entry_of(healthy(n=1000, with_shadow_run=995))]))
+    assert re.search(r"starts at 98%", page)
+
+
+def test_a_ratio_of_zero_starts_the_axis_at_zero() -> None:
+    svg = agreement_chart([entry_of(healthy(n=30, with_shadow_run=0))])
+    assert ">0%</text>" in svg and bar_widths(svg)[0] == 1  # a hairline, never a negative width
+    assert "0.00% · 0 of 30" in svg
+
+
+def test_a_figure_just_below_its_threshold_never_reads_as_the_threshold() -> None:
+    svg = agreement_chart([entry_of(healthy(n=100_000, with_shadow_run=98_999))])
+    assert "98.999%" in svg and "99.00%</text>" not in svg.split('class="threshold"')[0]
+    svg = agreement_chart([entry_of(healthy(n=100_000, with_shadow_run=99_999))])
+    assert "99.999%" in svg  # not "100.00%"
+
+
+def test_each_day_of_the_timeline_carries_its_total() -> None:
+    day = END_MS // 86_400_000
+    page = render_html(report_of([entry_of(healthy())], rows=[(day, "stuck", 11), (day, "exit_code", 1),
+                                                              (day - 1, "stuck", 7)]))
+    svg = page[page.index('id="mismatch-timeline"'):]
+    svg = svg[:svg.index("</svg>")]
+    assert re.findall(r'<text class="total"[^>]*>(\d+)</text>', svg) == ["7", "12"]
 
 
 # --- the check ---------------------------------------------------------------------------------------------
