@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from bridge.domain.errors import RunVersionConflictError, StorageError, StoreBusyError, StoreUnavailableError
@@ -45,3 +51,83 @@ def translate_operational_error(exc: DBAPIError) -> StorageError:
 def _constraint_name(text: str) -> str:
     # Constraint names only (never values): keep the part before any DETAIL line.
     return text.splitlines()[0][:120] if text else "unknown"
+
+
+def store_location(url: str | URL) -> str:
+    """Where a store is, for a message: the SQLite file's path, or host:port/database (never a password)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return str(sqlite_file(parsed) or ":memory:")
+    return f"{parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database or ''}"
+
+
+def sqlite_file(url: str | URL) -> Path | None:
+    """The file of a sqlite:/// URL (also ``sqlite:///file:PATH?mode=ro&uri=true``); None for memory."""
+    database = make_url(url).database
+    if not database or database == ":memory:":
+        return None
+    return Path(database.removeprefix("file:").split("?", 1)[0])
+
+
+def store_failure_cause(exc: BaseException, url: str | URL) -> str | None:
+    """Which failure the driver error behind ``exc`` (``exc`` or its causes) is, in a few words, or None.
+
+    libpq puts no SQLSTATE on a failed connection, so its message tells refused / no such database /
+    authentication apart; SQLite's "unable to open" is told apart by looking at the file and its folder.
+    """
+    driver = _driver_error(exc)
+    if driver is None:
+        return None
+    text = str(driver).lower()
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_cause(text, sqlite_file(parsed))
+    sqlstate = getattr(driver, "sqlstate", None) or ""
+    if sqlstate == "3D000" or re.search(r'database ".*" does not exist', text):
+        return f"database {parsed.database!r} does not exist on the server"
+    if sqlstate.startswith("28") or "authentication failed" in text or re.search(r'role ".*" does not exist', text):
+        return f"the server refused user {parsed.username!r} (authentication failed or no such role)"
+    if "connection refused" in text:
+        return "nothing accepts connections there (connection refused: is PostgreSQL running?)"
+    if "resolve host" in text or "translate host name" in text:
+        return "the host name does not resolve"
+    if "timeout" in text or "timed out" in text:
+        return "the connection timed out"
+    if sqlstate == "25006" or "read-only transaction" in text:
+        return "the server accepts no writes (a standby, or default_transaction_read_only)"
+    if sqlstate.startswith("57P"):
+        return "the server is starting up or shutting down"
+    return None
+
+
+def _driver_error(exc: BaseException) -> BaseException | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DBAPIError):
+            return current.orig
+        if isinstance(current, sqlite3.Error) or type(current).__module__.startswith("psycopg"):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _sqlite_cause(text: str, path: Path | None) -> str | None:
+    if "readonly" in text or "read-only" in text:
+        return "the store is read-only (the file, or how it was opened)"
+    if "unable to open" in text and path is not None:
+        folder = path.parent
+        if not folder.is_dir():
+            return f"its folder {folder} does not exist"
+        if not os.access(folder, os.W_OK):
+            return f"its folder {folder} is read-only (SQLite writes its -wal and -shm files beside the store)"
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            return "the file cannot be read and written"
+        return "the file cannot be opened"
+    for marker, cause in (("not a database", "the file is not an SQLite database"),
+                          ("malformed", "the file is damaged (malformed)"),
+                          ("disk is full", "the disk is full"), ("disk i/o", "a disk I/O error")):
+        if marker in text:
+            return cause
+    return None

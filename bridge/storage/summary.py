@@ -1,4 +1,4 @@
-"""Read-only summary of the bridge store for `bridge status`: schema revision and run counts."""
+"""Read-only summary of the bridge store for `ql-bridge status`: schema revision and run counts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from sqlalchemy import Engine, func, inspect, select
 from sqlalchemy.exc import DBAPIError
 
 from bridge.storage.errors import translate_operational_error
-from bridge.storage.migrate import current_revision, head_revision
+from bridge.storage.migrate import refuse_newer_schema, schema_state
 from bridge.storage.schema import run_events_table, runs_table
 
 
@@ -27,10 +27,12 @@ class StoreSummary:
 
 
 def summarize(engine: Engine) -> StoreSummary:
-    """Raises StoreUnavailableError when the store cannot be reached."""
+    """Raises StoreUnavailableError when the store cannot be reached, and SchemaMismatchError when it is newer
+    than this code (its tables may mean something else now: nothing is read from them)."""
+    state = schema_state(engine)
+    refuse_newer_schema(engine, state)
+    head, revision = state.head, state.revision
     try:
-        head = head_revision()
-        revision = current_revision(engine)
         if revision is None or "runs" not in inspect(engine).get_table_names():
             return StoreSummary(engine.dialect.name, revision, head)
         with engine.connect() as conn:
