@@ -10,6 +10,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bridge.domain.model import Origin
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+LOG_FORMATS = ("text", "json")
+
 
 class ConfigError(ValueError):
     """A configuration value is missing or invalid; the message names the variable."""
@@ -47,16 +50,19 @@ class Settings:
     reconcile_tolerance_s: int = 2
     reconcile_grace_s: int = 120
     reconcile_lookback_s: int = 7 * 86_400
+    log_format: str = "text"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         data_dir = Path(env.get("BRIDGE_DATA_DIR") or "./var")
         url = env.get("BRIDGE_DATABASE_URL") or f"sqlite:///{(data_dir / 'bridge.sqlite').resolve()}"
-        if not url.startswith(("sqlite:///", "postgresql+psycopg://", "postgresql://")):
-            raise ConfigError("BRIDGE_DATABASE_URL", "must be a sqlite:/// or postgresql+psycopg:// URL")
-        if url.startswith("postgresql://"):
-            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        if not url.startswith(("sqlite:///", "postgresql+psycopg://", *POSTGRES_SCHEMES)):
+            raise ConfigError("BRIDGE_DATABASE_URL", "must be a sqlite:///, postgresql+psycopg://, postgresql:// "
+                              "or postgres:// URL")
+        for scheme in POSTGRES_SCHEMES:  # libpq's spellings; the bridge talks psycopg 3
+            if url.startswith(scheme):
+                url = "postgresql+psycopg://" + url.removeprefix(scheme)
         host, port = _listen(env.get("BRIDGE_LISTEN") or "127.0.0.1:5701")
         legacy_dir = env.get("BRIDGE_LEGACY_DATA_DIR")
         if env.get("BRIDGE_SHADOW_ORIGINS", "").strip() and not legacy_dir:
@@ -95,6 +101,7 @@ class Settings:
             reconcile_tolerance_s=_int(env, "BRIDGE_RECONCILE_TOLERANCE_S", 2, low=0, high=3600),
             reconcile_grace_s=_int(env, "BRIDGE_RECONCILE_GRACE_S", 120, low=0, high=86_400),
             reconcile_lookback_s=_int(env, "BRIDGE_RECONCILE_LOOKBACK_S", 7 * 86_400, low=60, high=366 * 86_400),
+            log_format=_choice(env, "BRIDGE_LOG_FORMAT", "text", LOG_FORMATS),
         )
 
     @property
