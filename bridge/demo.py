@@ -200,10 +200,39 @@ def summary(database_url: str) -> tuple[Table, dict[str, int], int]:
     return table, events, mismatches
 
 
-def run_demo(workdir: Path, console: Console) -> None:
-    if workdir.exists():
+# Written first into the folder the demo works in: only a folder holding it is ever emptied by a later run.
+DEMO_MARKER = ".ql-bridge-demo"
+
+
+class DemoFolderRefusedError(RuntimeError):
+    """The --dir folder holds something the demo did not make; nothing was deleted."""
+
+
+def claim_workdir(workdir: Path) -> None:
+    """Make ``workdir`` the demo's: create it, or take it if it is empty, or empty it if an earlier demo made it
+    (its marker is there). Anything else is refused with DemoFolderRefusedError and left untouched."""
+    if workdir.is_symlink() or (workdir.exists() and not workdir.is_dir()):
+        raise DemoFolderRefusedError(f"{workdir} is not a folder the demo made; nothing was deleted")
+    if workdir.is_dir() and any(workdir.iterdir()):
+        if not (workdir / DEMO_MARKER).is_file():
+            raise DemoFolderRefusedError(
+                f"{workdir} is not empty and was not made by `ql-bridge demo` (no {DEMO_MARKER} in it); "
+                "nothing was deleted: pass --dir a new or empty folder")
         import shutil
-        shutil.rmtree(workdir)
+
+        for child in workdir.iterdir():
+            if child.name == DEMO_MARKER:
+                continue  # kept to the end, so an interrupted run leaves a folder the next run may empty
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / DEMO_MARKER).write_text("made by `ql-bridge demo`; the next demo run empties this folder\n")
+
+
+def run_demo(workdir: Path, console: Console) -> None:
+    claim_workdir(workdir)
     data, crons = lay_out(workdir / "ql-data")
     database_url = f"sqlite:///{(workdir / 'bridge.sqlite').resolve()}"
     engine = make_engine(database_url)

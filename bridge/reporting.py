@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sqlite3
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -378,17 +379,38 @@ def _now_ms() -> int:
 
 
 def write_report(report: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    """Write ``cutover-<UTC>.json`` and ``.html`` into ``out_dir``; a name taken in the same second gets -2, -3."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write ``cutover-<UTC>.json`` and ``.html`` into ``out_dir``; a name taken in the same second gets -2, -3.
+    Raises ConfigError naming ``--out`` when the folder cannot be written."""
     stamp = datetime.fromisoformat(str(report["generated_at"]).replace("Z", "+00:00")).strftime("%Y%m%dT%H%M%SZ")
-    base, n = f"cutover-{stamp}", 1
-    while (out_dir / f"{base}.json").exists() or (out_dir / f"{base}.html").exists():
-        n += 1
-        base = f"cutover-{stamp}-{n}"
-    json_path, html_path = out_dir / f"{base}.json", out_dir / f"{base}.html"
-    json_path.write_text(to_json(report), encoding="utf-8")
-    html_path.write_text(render_html(dict(report)), encoding="utf-8")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        base, n = f"cutover-{stamp}", 1
+        while (out_dir / f"{base}.json").exists() or (out_dir / f"{base}.html").exists():
+            n += 1
+            base = f"cutover-{stamp}-{n}"
+        json_path, html_path = out_dir / f"{base}.json", out_dir / f"{base}.html"
+        json_path.write_text(to_json(report), encoding="utf-8")
+        html_path.write_text(render_html(dict(report)), encoding="utf-8")
+    except OSError as exc:
+        raise unwritable_out_dir(out_dir, exc) from exc
     return json_path, html_path
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Create ``out_dir`` and write a file in it, so a folder that cannot be written is said before the scan.
+    Raises ConfigError naming ``--out``."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise unwritable_out_dir(out_dir, exc) from exc
+
+
+def unwritable_out_dir(out_dir: Path, exc: OSError) -> ConfigError:
+    cause = "it is not a folder" if out_dir.exists() and not out_dir.is_dir() else (
+        exc.strerror or type(exc).__name__)
+    return ConfigError("--out", f"cannot write the report into {out_dir}: {cause}")
 
 
 def parse_since(text: str | None, now_ms: int) -> int:
@@ -429,6 +451,8 @@ def run_report(settings: Settings, *, since: str | None = None, origin: str | No
         raise ConfigError("--origin", f"unknown origin {origin[:40]!r}; known: {', '.join(ORIGIN_ORDER)}")
     now = _now_ms()
     since_ms = parse_since(since, now)
+    out_dir = out_dir if out_dir is not None else Path("reports")
+    check_out_dir(out_dir)
     reader = LegacyReader(settings.legacy_database_path)
     reader.check_is_legacy_database()
     engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
@@ -440,7 +464,7 @@ def run_report(settings: Settings, *, since: str | None = None, origin: str | No
         raise LegacyDatabaseError(str(reader.path), "unreadable", type(exc).__name__) from exc
     finally:
         engine.dispose()
-    return write_report(report, out_dir if out_dir is not None else Path("reports"))
+    return write_report(report, out_dir)
 
 
 def _build_with_progress(settings: Settings, engine: Engine, reader: LegacyReader, since_ms: int, now: int,
