@@ -1,30 +1,134 @@
-"""The `bridge` command line (click). Bad input: one clear line on stderr and a non-zero exit."""
+"""The `ql-bridge` command line (click; `bridge` is an alias). Any failure: one line on stderr, non-zero exit.
+
+A failure is one line naming its cause and its target, never a traceback: every command runs inside
+``_Group.invoke``, which turns bridge errors, configuration errors, store driver errors, Alembic's
+refusals and OS errors into that line (``_error_line``). Each command's ``--help`` ends with the
+environment variables it reads (``ENVIRONMENT``). Times are shown in the operator's zone with its offset.
+"""
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from zoneinfo import ZoneInfo
 
 import click
+from alembic.util import CommandError
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from bridge.config import ConfigError, Settings
-from bridge.domain.errors import BridgeError
+from bridge.config import ConfigError, Settings, local_zone_name
+from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
 
 if TYPE_CHECKING:
     from bridge.bootstrap import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
-console = Console()
+PROG = "ql-bridge"
+WIDE = 100_000  # columns of a console that is not a terminal: a line is never wrapped or cut
+
+# What each command reads from the environment, shown at the end of its --help. Settings.from_env checks
+# every BRIDGE_* variable for every command (a bad value stops any of them); these are the ones whose
+# value changes what the command does. tests/cli/test_help.py holds them to Settings.from_env.
+_STORE = ("BRIDGE_DATABASE_URL", "BRIDGE_DATABASE_SCHEMA", "BRIDGE_DATA_DIR")
+_WRITER = (*_STORE, "BRIDGE_SQLITE_BUSY_BUDGET_MS", "BRIDGE_PAYLOAD_CAP_BYTES")
+_LEGACY = ("BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LEGACY_TZ", "BRIDGE_LEGACY_SCHEDULER")
+_RECONCILE = ("BRIDGE_RECONCILE_TOLERANCE_S", "BRIDGE_RECONCILE_GRACE_S", "BRIDGE_RECONCILE_LOOKBACK_S")
+_GATES = ("BRIDGE_GATE_MIN_EXECUTIONS", "BRIDGE_GATE_COMPLETENESS", "BRIDGE_GATE_STATUS_AGREEMENT",
+          "BRIDGE_GATE_EXIT_CODE_AGREEMENT", "BRIDGE_GATE_MAX_DUPLICATES", "BRIDGE_GATE_STALE_MISMATCH_KINDS")
+_SERVING = ("BRIDGE_LISTEN", "BRIDGE_LEGACY_URL", "BRIDGE_SHADOW_ORIGINS", "BRIDGE_SHADOW_BUDGET_MS",
+            "BRIDGE_FORWARD_TIMEOUT_S", "BRIDGE_WORKERS", "BRIDGE_THREADS", "BRIDGE_CONNECTION_LIMIT",
+            "BRIDGE_IDLE_TIMEOUT_S", "BRIDGE_HEADERS_TIMEOUT_S", "BRIDGE_REQUEST_TIMEOUT_S", "BRIDGE_MAX_BODY_BYTES",
+            "BRIDGE_CALLBACK_BODY_CAP_BYTES", "BRIDGE_DRAIN_TIMEOUT_S", "BRIDGE_RECONCILE_INTERVAL_S",
+            "BRIDGE_LOG_FORMAT")
+ENVIRONMENT: dict[str, tuple[str, ...]] = {
+    "db upgrade": _STORE,
+    "status": _STORE,
+    "serve": (*_WRITER, *_LEGACY, *_RECONCILE, *_SERVING),
+    "reconcile": (*_WRITER, *_LEGACY, *_RECONCILE),
+    "report": (*_STORE, *_LEGACY, *_GATES),
+    "import-legacy": (*_WRITER, *_LEGACY),
+    "projection retry": _STORE,
+    "flags show": (*_STORE, "BRIDGE_LEGACY_TZ"),
+    "flags set": _STORE,
+    "flags admin-token": _STORE,
+    "demo": ("BRIDGE_DATA_DIR",),
+    "doctor": (*_STORE, "BRIDGE_LEGACY_URL", "BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LEGACY_TZ", "BRIDGE_LISTEN"),
+}
 
 
-def _fail(message: str, code: int = 2) -> None:
-    click.echo(f"bridge: {message}", err=True)
+class _Command(click.Command):
+    """A command whose --help ends with the environment variables it reads."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_epilog(ctx, formatter)
+        names = ENVIRONMENT.get(ctx.command_path.partition(" ")[2])
+        if names:
+            with formatter.section("Environment"):
+                formatter.write_text(", ".join(names))
+
+
+class _Group(click.Group):
+    """Every command runs inside ``invoke``: a failure becomes one line on stderr (``_error_line``)."""
+
+    command_class = _Command
+    group_class = type  # sub-groups are _Group too
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("prog_name", PROG)  # help and usage say ql-bridge, whichever alias ran
+        return super().main(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): click's own handling
+        except (BridgeError, ConfigError, SQLAlchemyError, sqlite3.Error, CommandError, OSError) as exc:
+            _fail(_error_line(exc))
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"{PROG}: {message}", err=True)
     sys.exit(code)
+
+
+def _error_line(exc: BaseException) -> str:
+    """One line for a failure: its code or kind, the cause, and the target (the store, a file)."""
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    if isinstance(exc, CommandError):  # Alembic refused (an unknown or unreachable revision)
+        return f"alembic: {exc}; the bridge store at {_store_where()} is unchanged"
+    if isinstance(exc, OSError):
+        target = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or type(exc).__name__}{target}"
+    if (isinstance(exc, BridgeError) and not isinstance(exc, StorageError)) or isinstance(exc, SchemaMismatchError):
+        return f"{exc.code}: {exc.message}"  # a schema refusal names the store and both revisions itself
+    from bridge.storage.errors import store_failure_cause, translate_operational_error
+
+    if isinstance(exc, StorageError):
+        error = exc
+    elif isinstance(exc, DBAPIError):
+        error = translate_operational_error(exc)
+    else:  # another SQLAlchemy error, or sqlite3's own (read before the engine connects)
+        error = StorageError("the bridge store failed", driver_error=type(exc).__name__)
+    settings = _settings()
+    where = _store_where(settings)
+    message = (error.message.replace("the bridge store", f"the bridge store at {where}", 1)
+               if "the bridge store" in error.message else f"{error.message} ({where})")
+    cause = store_failure_cause(exc, settings.database_url)
+    return f"{error.code}: {message}" + (f": {cause}" if cause else "")
+
+
+def _store_where(settings: Settings | None = None) -> str:
+    from bridge.storage.errors import store_location
+
+    return store_location((settings or _settings()).database_url)
 
 
 def _settings() -> Settings:
@@ -32,17 +136,55 @@ def _settings() -> Settings:
         return Settings.from_env()
     except ConfigError as exc:
         _fail(str(exc))
-        raise  # unreachable; keeps type checkers honest
 
 
-def _store(settings: Settings) -> Store:
+def _store(settings: Settings, *, create: bool = False) -> Store:
+    """The bridge store. Only `db upgrade` creates one (``create``): for any other command a missing SQLite
+    file is refused, and nothing (file or folder) is created."""
     from bridge.bootstrap import build_store
+    from bridge.storage.errors import sqlite_file
 
+    path = sqlite_file(settings.database_url) if settings.database_url.startswith("sqlite:") else None
+    if not create and path is not None and not path.exists():
+        _fail(f"no store at {path}: run `{PROG} db upgrade`")
+    return build_store(settings)
+
+
+def _current_store(settings: Settings) -> Store:
+    """The bridge store, refused (one line) unless its schema is this code's: empty, behind or newer."""
+    from bridge.storage.migrate import require_current_schema
+
+    store = _store(settings)
     try:
-        return build_store(settings)
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
+        require_current_schema(store.engine)
+    except BaseException:
+        store.close()
         raise
+    return store
+
+
+def _check_store(settings: Settings) -> None:
+    """For commands that open the store themselves: refuse a missing, unreachable or not-current store first."""
+    _current_store(settings).close()
+
+
+def _console() -> Console:
+    """Rich output for stdout. Off a terminal (`docker logs`, a pipe, a file) it never wraps or cuts a line."""
+    terminal = Console(markup=False, highlight=False)
+    if terminal.is_terminal:
+        return terminal
+    return Console(markup=False, highlight=False, width=WIDE, soft_wrap=True)
+
+
+def _local_time(ms: int, zone: str) -> str:
+    """Epoch ms as ``2026-12-04 17:03:12 +08:00`` in ``zone``."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=ZoneInfo(zone))
+    return f"{moment:%Y-%m-%d %H:%M:%S} {moment.isoformat()[-6:]}"
+
+
+def operator_zone(settings: Settings) -> str:
+    """The zone times are shown in: BRIDGE_LEGACY_TZ if set, else the host's."""
+    return settings.legacy_tz or local_zone_name()
 
 
 def safe_url(url: str) -> str:
@@ -50,7 +192,8 @@ def safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-@click.group()
+@click.group(cls=_Group)
+@click.version_option(package_name="ql-bridge", prog_name=PROG, message="%(prog)s %(version)s")
 def main() -> None:
     """ql-bridge: run QingLong 2.x executions through the 3.0 run-state model, side by side."""
 
@@ -67,11 +210,14 @@ def db_upgrade(revision: str) -> None:
     from bridge.storage.migrate import upgrade
 
     settings = _settings()
-    store = _store(settings)
+    store = _store(settings, create=True)
     try:
         reached = upgrade(store.engine, revision)
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
+    except CommandError as exc:  # the target is resolved before anything changes
+        from bridge.storage.migrate import head_revision
+
+        _fail(f"--revision {revision}: {exc} (this code's newest is {head_revision()}); the bridge store at "
+              f"{_store_where(settings)} is unchanged")
     finally:
         store.close()
     click.echo(f"bridge store {safe_url(settings.database_url)} is at revision {reached}")
@@ -88,18 +234,18 @@ def status() -> None:
     store = _store(settings)
     modes, outbox = "", None
     try:
-        summary = summarize(store.engine)
+        summary = summarize(store.engine)  # a store newer than the code is refused here
         if summary.up_to_date:
             modes = ", ".join(f"{o}={m.value}" for o, m in build_flags(store).modes().items() if m.value != "off")
+            modes = modes or "every origin off (pure pass-through)"
             outbox = projection_status(store.engine)
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
     finally:
         store.close()
+    console = _console()
     console.print(f"store    {safe_url(settings.database_url)} ({summary.backend})")
-    state = "up to date" if summary.up_to_date else f"behind head {summary.head}: run `bridge db upgrade`"
+    state = "up to date" if summary.up_to_date else f"this code is at {summary.head}: run `{PROG} db upgrade`"
     console.print(f"schema   {summary.revision or 'empty'} ({state})")
-    console.print(f"modes    {modes or 'every origin off (pure pass-through)'}")
+    console.print(f"modes    {modes or 'not read until the schema is current'}")
     if outbox is not None:
         console.print(f"projection outbox {outbox['counts'] or 'empty'}")
     table = Table("runs by status", "count")
@@ -113,67 +259,66 @@ def status() -> None:
 
 @main.command()
 def serve() -> None:
-    """Run the bridge in front of 2.x (waitress, one process; configuration: BRIDGE_* variables, see README)."""
+    """Run the bridge in front of 2.x (waitress, one process)."""
+    import logging
     from functools import partial
 
     from bridge.bootstrap import build_container
+    from bridge.logging_setup import configure_logging
+    from bridge.web.server import ClientDataFilter
     from bridge.web.server import serve as run_server
 
     settings = _settings()
+    configure_logging(settings.log_format, [ClientDataFilter()])  # one format for every line of the process
     modes = _prepare_serving(settings)
-    click.echo(f"bridge: listening on {settings.listen_host}:{settings.listen_port}, forwarding to "
-               f"{settings.legacy_url}; not off: {modes or 'none (pure pass-through)'}", err=True)
+    logging.getLogger("bridge.cli").info("origins not off: %s", modes or "none (pure pass-through)")
     run_server(settings, partial(build_container, schedule_reconciler=True))
 
 
 def _prepare_serving(settings: Settings) -> str:
-    """Before listening: the store is current, flags are seeded once, unfinished Runs are checked."""
+    """Before listening: the store is current and writable, flags are seeded once, unfinished Runs are checked."""
+    import logging
+
     from bridge.bootstrap import build_flags, build_reconciler
     from bridge.metrics import BridgeMetrics
     from bridge.recovery import recover_on_startup
-    from bridge.storage.migrate import current_revision, head_revision
+    from bridge.storage.migrate import require_writable
     from bridge.storage.reconcile_queries import ReconcileStore
 
-    store = _store(settings)
+    store = _current_store(settings)
     try:
-        revision, head = current_revision(store.engine), head_revision()
-        if revision != head:
-            _fail(f"the bridge store is at revision {revision or 'empty'}, not {head}: run `bridge db upgrade` first")
+        # A store that takes no writes would see every callback and record none of them.
+        require_writable(store.engine)
+        store.uow.probe_write()
         flags = build_flags(store)
         flags.seed_once(settings.shadow_origins)
         recording = sorted(o for o, m in flags.modes().items() if m.value != "off")
         if recording and settings.legacy_database_path is None:
             # Serving anyway would record nothing while the flags say otherwise: a silent shadow gap.
             _fail(f"BRIDGE_LEGACY_DATA_DIR is not set, but the flags put {', '.join(recording)} in shadow or "
-                  f"primary mode: set it to 2.x's data directory, or `bridge flags set <origin> off`")
+                  f"primary mode: set it to 2.x's data directory, or `{PROG} flags set <origin> off`")
         if settings.legacy_database_path is not None:
             reconciler = build_reconciler(settings, store, BridgeMetrics(), flags)  # validates 2.x's files
             outcomes = recover_on_startup(ReconcileStore(store.engine), store.runs, reconciler.reader)
             if outcomes:
-                click.echo(f"bridge: startup recovery: {dict(outcomes)}", err=True)
+                logging.getLogger("bridge.cli").info("startup recovery: %s", dict(outcomes))
         return ", ".join(f"{o}={m.value}" for o, m in flags.modes().items() if m.value != "off")
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
-        raise
     finally:
         store.close()
 
 
 @main.command()
-@click.option("--once", is_flag=True, required=True, help="Run one reconcile pass and exit.")
+@click.option("--once", is_flag=True, help="No effect, kept for old scripts: reconcile always runs one pass.")
 def reconcile(once: bool) -> None:
-    """Compare 2.x's tables with the shadow store and record every mismatch."""
+    """Run one reconcile pass: compare 2.x's tables with the shadow store and record every mismatch."""
     from bridge.bootstrap import build_flags, build_reconciler
     from bridge.metrics import BridgeMetrics
 
     settings = _settings()
-    store = _store(settings)
+    store = _current_store(settings)
     try:
         reconciler = build_reconciler(settings, store, BridgeMetrics(), build_flags(store))
         result = reconciler.run_once()
-    except (BridgeError, ConfigError) as exc:
-        _fail(str(exc) if isinstance(exc, ConfigError) else f"{exc.code}: {exc.message}")
-        raise
     finally:
         store.close()
     stats = ", ".join(f"{k} {v}" for k, v in sorted(result.stats.items()))
@@ -186,21 +331,15 @@ def reconcile(once: bool) -> None:
 @main.command()
 @click.option("--since", default=None, help="Window start: RFC 3339, YYYY-MM-DD, or 24h / 7d (default 7d).")
 @click.option("--origin", default=None, help="Only this origin (default: all).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Output folder (default: reports/).")
 def report(since: str | None, origin: str | None, out_dir: Path | None) -> None:
     """Write a cutover-readiness report (JSON and HTML) per origin, with a verdict per gate."""
     from bridge.reporting import run_report
 
     settings = _settings()
-    try:
-        json_path, html_path = run_report(settings, since=since, origin=origin, out_dir=out_dir)
-    except ConfigError as exc:
-        _fail(str(exc))
-        raise
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
-        raise
+    _check_store(settings)
+    json_path, html_path = run_report(settings, since=since, origin=origin, out_dir=out_dir)
     click.echo(f"report written: {json_path} and {html_path}")
 
 
@@ -213,11 +352,9 @@ def import_legacy(batch_size: int, rescan: bool) -> None:
     from bridge.importer import print_summary, run_import
 
     settings = _settings()
-    try:
-        summary = run_import(settings, batch_size=batch_size, console=console, resume=not rescan)
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
-        raise
+    _check_store(settings)
+    console = _console()
+    summary = run_import(settings, batch_size=batch_size, console=console, resume=not rescan)
     print_summary(summary, console)
 
 
@@ -231,11 +368,9 @@ def projection_retry() -> None:
     """Put every parked projection row back in the queue with a fresh retry budget."""
     from bridge.projector import requeue_parked
 
-    try:
-        count = requeue_parked(_settings())
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
-        raise
+    settings = _settings()
+    _check_store(settings)
+    count = requeue_parked(settings)
     click.echo(f"{count} parked projection row(s) queued again")
 
 
@@ -250,22 +385,22 @@ def flags_show(audit_rows: int) -> None:
     """Show each origin's mode and the latest flag changes."""
     from bridge.bootstrap import build_flags
 
-    store = _store(_settings())
+    settings = _settings()
+    store = _current_store(settings)
     try:
         service = build_flags(store)
         modes, audit = service.modes(), service.audit(limit=audit_rows)
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
-        raise
     finally:
         store.close()
+    console, zone = _console(), operator_zone(settings)
     table = Table("origin", "mode")
     for origin, mode in modes.items():
         table.add_row(origin, mode.value)
     console.print(table)
-    history = Table("when (UTC ms)", "origin", "change", "actor", "reason", title="audit (newest first)")
+    history = Table(f"when ({zone})", "origin", "change", "actor", "reason", title="audit (newest first)")
     for row in audit:
-        history.add_row(str(row.at_ms), row.origin, f"{row.old or '-'} → {row.new}", row.actor, row.reason)
+        history.add_row(_local_time(row.at_ms, zone), row.origin, f"{row.old or '-'} → {row.new}", row.actor,
+                        row.reason)
     console.print(history)
 
 
@@ -278,12 +413,9 @@ def flags_set(origin: str, mode: str, actor: str, reason: str) -> None:
     """Set ORIGIN to MODE (off, shadow or primary); primary needs a passing cutover report."""
     from bridge.bootstrap import build_flags
 
-    store = _store(_settings())
+    store = _current_store(_settings())
     try:
         change = build_flags(store).set_mode(origin, mode, actor=actor, reason=reason)
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
-        raise
     finally:
         store.close()
     click.echo(f"{change.origin}: {change.old or 'off'} → {change.new} (by {change.actor})")
@@ -295,27 +427,25 @@ def flags_admin_token() -> None:
     from bridge.bootstrap import build_flags
     from bridge.service.admin import new_admin_token
 
-    store = _store(_settings())
+    store = _current_store(_settings())
     try:
         token = new_admin_token(build_flags(store))
-    except BridgeError as exc:
-        _fail(f"{exc.code}: {exc.message}")
-        raise
     finally:
         store.close()
     click.echo(token)
 
 
 @main.command()
-@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the demo writes (default: BRIDGE_DATA_DIR/demo, replaced on each run).")
+@click.option("--dir", "workdir", type=click.Path(path_type=Path), default=None,
+              help="Where the demo writes (default: BRIDGE_DATA_DIR/demo): a new or empty folder, or one an "
+                   "earlier demo made, which is emptied first. Any other folder is refused, never deleted.")
 def demo(workdir: Path | None) -> None:
     """Replay realistic 2.x traffic through a real bridge in front of the 2.x test double."""
     from bridge.demo import run_demo
 
     settings = _settings()
     try:
-        run_demo(workdir or settings.data_dir / "demo", console)
+        run_demo(workdir or settings.data_dir / "demo", _console())
     except (BridgeError, RuntimeError, OSError) as exc:
         _fail(f"demo failed: {exc}", code=1)
 

@@ -137,6 +137,8 @@ class FlagService:
         if entry is None:
             raise PromotionRefusedError(origin, [], "no cutover report covers this origin yet; run `bridge report`")
         failing = [g.get("gate", "?") for g in entry.get("gates", []) if not g.get("passed")]
+        if entry.get("seam"):  # gates measured on the few executions that reached the bridge say little
+            raise PromotionRefusedError(origin, ["seam"], str(entry["seam"]))
         if failing or not entry.get("gates"):
             unavailable = "" if self._primary_available else "; primary mode is not available yet either"
             raise PromotionRefusedError(origin, failing or ["no_gates"],

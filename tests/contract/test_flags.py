@@ -21,9 +21,9 @@ def flags(sql_backend: Backend) -> FlagService:
     return FlagService(SqlFlagStore(sql_backend.engine), lambda: time.time_ns() // 1_000_000)
 
 
-def save_report(backend: Backend, origin: str, gates: dict[str, bool]) -> None:
+def save_report(backend: Backend, origin: str, gates: dict[str, bool], seam: str | None = None) -> None:
     body = {"schema": "ql-bridge/cutover-report@1", "origins": [
-        {"origin": origin, "gates": [{"gate": g, "passed": p} for g, p in gates.items()]}]}
+        {"origin": origin, "gates": [{"gate": g, "passed": p} for g, p in gates.items()], "seam": seam}]}
     with backend.engine.begin() as conn:
         conn.execute(insert(cutover_reports_table).values(created_at_ms=time.time_ns() // 1_000_000,
                                                           window_start_ms=0, window_end_ms=1, body=json.dumps(body)))
@@ -82,6 +82,18 @@ def test_a_passing_report_still_meets_primary_not_available_yet(flags: FlagServi
     with pytest.raises(PromotionRefusedError, match="primary mode is not available yet"):
         flags.set_mode("manual", "primary", actor="ops", reason="go")
     assert flags.audit() == []
+
+
+def test_promotion_is_refused_while_the_origins_callbacks_bypass_the_bridge_though_its_gates_pass(
+        sql_backend: Backend) -> None:
+    flags = FlagService(SqlFlagStore(sql_backend.engine), lambda: time.time_ns() // 1_000_000,
+                        primary_available=True)
+    save_report(sql_backend, "manual", {"completeness": True, "terminal_status_agreement": True},
+                seam="manual: callbacks are bypassing the bridge (5 of 6 recent executions never reached it)")
+    with pytest.raises(PromotionRefusedError, match="bypassing the bridge") as err:
+        flags.set_mode("manual", "primary", actor="ops", reason="go")
+    assert err.value.details["failing_gates"] == ["seam"]
+    assert flags.modes()["manual"] is Mode.OFF
 
 
 def test_unreadable_flags_read_as_off(flags: FlagService) -> None:
