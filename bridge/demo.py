@@ -1,4 +1,4 @@
-"""`bridge demo`: the whole path on one machine, for a newcomer without a 2.x install.
+"""`ql-bridge demo`: the whole path on one machine, for a newcomer without a 2.x install.
 
 It lays out a 2.x-shaped data directory, starts the 2.x test double and a real `bridge serve` process
 on free loopback ports, replays the callbacks a real task shell sends (byte for byte), then shows what
@@ -262,8 +262,8 @@ def run_demo(workdir: Path, console: Console) -> None:
     console.print(f"shadow write failures: {len(failed) and sum(float(x.rsplit(' ', 1)[1]) for x in failed):g}")
     console.print(f"Cutover report: {report_paths[1]} (and {report_paths[0].name}); with this little traffic every "
                   "gate says insufficient data, as it should.")
-    console.print("Look next: " f"BRIDGE_DATABASE_URL={database_url} bridge status · "
-                  "the run/attempt/event rows in that file · `bridge serve` in front of your own 2.x (README).")
+    console.print("Look next: " f"BRIDGE_DATABASE_URL={database_url} ql-bridge status · "
+                  "the run/attempt/event rows in that file · `ql-bridge serve` in front of your own 2.x (README).")
 
 
 def _report(database_url: str, data: LegacyDataDir, workdir: Path) -> tuple[Path, Path]:

@@ -163,7 +163,7 @@ def gather(settings: Settings, *, proc_root: Path = Path("/proc"),
 
 def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any], bool]:
     from bridge.bootstrap import build_store
-    from bridge.storage.migrate import current_revision, head_revision
+    from bridge.storage.migrate import schema_refusal, schema_state
     from bridge.storage.reconcile_queries import ReconcileStore
     from bridge.storage.seam_queries import recent_coverage
 
@@ -176,10 +176,11 @@ def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any
     except Exception as exc:  # noqa: BLE001 - the doctor reports, it never raises
         return Check("bridge store", "fail", f"cannot open the store: {_code(exc)}", None), [], False
     try:
-        revision, head = current_revision(store.engine), head_revision()
-        if revision != head:
-            return Check("bridge store", "fail", f"the store is at revision {revision or 'empty'}, the code at {head}",
-                         "run `ql-bridge db upgrade`"), [], False
+        state = schema_state(store.engine)
+        refusal = schema_refusal(store.engine, state)
+        if refusal is not None:  # the message says what to do: upgrade the store, or the code when it is newer
+            return Check("bridge store", "fail", refusal.message, None), [], False
+        revision = state.revision
         now_ms = int(datetime.now().timestamp() * 1000)
         coverage = recent_coverage(store.engine, now_ms - window_ms)
         passes_ran = ReconcileStore(store.engine).last_pass() is not None

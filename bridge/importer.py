@@ -1,4 +1,4 @@
-"""`bridge import-legacy`: 2.x's RunningInstances history as Runs (legacy-2x.md 2.4, 5.1, 8, 9.10).
+"""`ql-bridge import-legacy`: 2.x's RunningInstances history as Runs (legacy-2x.md 2.4, 5.1, 8, 9.10).
 
 2.x's database is never read in place for long and never written: a consistent copy is taken with SQLite's
 Online Backup API in short steps (ADR-0064/0095), checked to be a 2.x database, streamed in keyset batches,
@@ -284,7 +284,7 @@ def _require_current_schema(engine: Engine) -> None:
     revision, head = current_revision(engine), head_revision()
     if revision != head:
         raise SchemaMismatchError(f"the bridge store is at revision {revision or 'empty'}, not {head}: "
-                                  "run `bridge db upgrade` first", revision=revision)
+                                  "run `ql-bridge db upgrade` first", revision=revision)
 
 
 def _instance_span(copy: Path, after_id: int) -> tuple[int, int]:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from waitress import wasyncore
 
 from bridge.config import Settings
+from bridge.logging_setup import configure_logging
 from bridge.malloc_arenas import limit_malloc_arenas
 from bridge.web.app import create_app
 from bridge.web.http_channel import HEADER_LIMIT_BYTES, BridgeHttpServer, RequestDeadlines
@@ -65,7 +66,7 @@ def build_server(app: Any, settings: Settings) -> BridgeHttpServer:
 
 def serve(settings: Settings, container_factory: ContainerFactory) -> None:
     """Run the bridge until SIGTERM or SIGINT, then drain and close; blocks."""
-    configure_logging()
+    configure_logging(settings.log_format, [ClientDataFilter()])
     limit_malloc_arenas()  # before the container starts any thread, so the cap holds for all of them
     container = container_factory(settings)
     try:
@@ -119,14 +120,6 @@ class ClientDataFilter(logging.Filter):
             message += f": {type(record.exc_info[1]).__name__}"
         record.msg, record.args, record.exc_info, record.exc_text = message, None, None, None
         return True
-
-
-def configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(ClientDataFilter())
-    # httpx logs every request URL at INFO; query strings may hold secrets.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _without_userinfo(url: str) -> str:

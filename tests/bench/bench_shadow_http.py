@@ -759,10 +759,10 @@ def run(res: Results, root: Path) -> None:
                              BRIDGE_DATABASE_URL=url, **extra, **common)
             handle = stack.enter_context(bridge_server(name, env, f"http://127.0.0.1:{port}", root / f"{tag}.log"))
             log_files.append(handle.log_path)
-            said = [ln for ln in handle.log_path.read_text(errors="replace").splitlines()
-                    if ln.startswith("bridge: listening")]
-            console.print(f"{name} bridge: serve pid {handle.proc.pid}, worker pid {handle.worker_pid()}, "
-                          f"{handle.url}; it says: " + (said[0].split("; ", 1)[-1] if said else "?"))
+            said = [ln.split("origins not off: ", 1)[1] for ln in
+                    handle.log_path.read_text(errors="replace").splitlines() if "origins not off: " in ln]
+            console.print(f"{name} bridge: serve pid {handle.proc.pid}, {handle.url}; origins not off: "
+                          + (said[0] if said else "?"))
             return handle
 
         with ExitStack() as bridges:  # phases 1 and 2: both bridges up side by side
