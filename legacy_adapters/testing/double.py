@@ -178,6 +178,23 @@ def _close_instances(conn: sqlite3.Connection, cron_id: float, cb: StatusCallbac
         )
 
 
+def _joi_param_number(name: str, text: str) -> float:
+    """celebrate's ``params: Joi.number().required()`` on one path parameter: a decimal string converts."""
+    try:
+        value = float(text) if set(text) <= set("0123456789+-.eE \t") else float("nan")
+    except ValueError:
+        value = float("nan")
+    if value != value or value in (float("inf"), float("-inf")):  # NaN: not a number Joi converts
+        message = f'"{name}" must be a number'
+    elif abs(value) > 2**53 - 1:
+        message = f'"{name}" must be a safe number'
+    else:
+        return int(value) if value.is_integer() else value
+    body = {"statusCode": 400, "error": "Bad Request", "message": "Validation failed",
+            "validation": {"params": {"source": "params", "keys": [name], "message": message}}}
+    raise LegacyCallbackParseError(name, message, node_json(body))
+
+
 class Legacy2xDouble:
     """A 2.x test double: status/run/stop/record/health routes, echo for everything else."""
 
@@ -204,6 +221,8 @@ class Legacy2xDouble:
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._failures: list[str] = []
+        self._kill_hook: Callable[[int, int], None] | None = None
+        self._stop_answer_hook: Callable[[], None] | None = None
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._routes: dict[tuple[str, str], Callable[[Any], _Reply]] = {}
@@ -280,6 +299,53 @@ class Legacy2xDouble:
                 )
         return True
 
+    def on_kill(self, hook: Callable[[int, int], None] | None) -> None:
+        """Call ``hook(cron_id, pid)`` wherever 2.x's killTask signals a process (the double has none): stop,
+        stopInstance and simulate_run_cron. A hook may send the killed shell's end callback, as its trap does,
+        before 2.x goes on to mark the rows."""
+        self._kill_hook = hook
+
+    def on_stop_answer(self, hook: Callable[[], None] | None) -> None:
+        """Call ``hook()`` once stop or stopInstance has written its rows, just before it answers."""
+        self._stop_answer_hook = hook
+
+    def simulate_run_cron(self, cron_id: int) -> bool:
+        """What back/shared/runCron.ts does at a fire before it spawns the command: when the cron is single
+        instance (``allow_multiple_instances === 0``) with a pid and running or queued, kill that pid, mark the
+        cron's running instances stopped (finished_at, no exit code) and set the cron idle. True if it did."""
+        with closing(connect(self.data_dir.database_path)) as conn:
+            # fetchall: a statement left open would hold its read lock while the kill hook calls back into 2.x
+            cron = next(iter(conn.execute("SELECT pid, status, allow_multiple_instances FROM Crontabs WHERE id = ?",
+                                          (cron_id,)).fetchall()), None)
+            if cron is None or cron["allow_multiple_instances"] != 0 or not cron["pid"] \
+                    or cron["status"] not in (CrontabStatus.RUNNING, CrontabStatus.QUEUED):
+                return False
+            self._kill(cron_id, cron["pid"])
+            now_s, stamp = int(self._clock()), self._stamp()
+            with immediate(conn):
+                conn.execute("UPDATE RunningInstances SET status = ?, finished_at = ?, updatedAt = ? "
+                             "WHERE cron_id = ? AND status = ?",
+                             (int(InstanceStatus.STOPPED), now_s, stamp, cron_id, int(InstanceStatus.RUNNING)))
+            with immediate(conn):  # pid: undefined is a no-op
+                conn.execute("UPDATE Crontabs SET status = ?, updatedAt = ? WHERE id = ?",
+                             (int(CrontabStatus.IDLE), stamp, cron_id))
+        return True
+
+    def simulate_boot_reset(self) -> None:
+        """back/loaders/initData.ts at start: every cron idle, every running instance stopped with neither
+        finish time nor exit code (legacy-2x.md 5.1)."""
+        stamp = self._stamp()
+        with closing(connect(self.data_dir.database_path)) as conn:
+            with immediate(conn):
+                conn.execute("UPDATE Crontabs SET status = ?, updatedAt = ?", (int(CrontabStatus.IDLE), stamp))
+            with immediate(conn):
+                conn.execute("UPDATE RunningInstances SET status = ?, updatedAt = ? WHERE status = ?",
+                             (int(InstanceStatus.STOPPED), stamp, int(InstanceStatus.RUNNING)))
+
+    def _kill(self, cron_id: int, pid: int) -> None:
+        if self._kill_hook is not None:
+            self._kill_hook(cron_id, pid)
+
     # --- request pipeline (legacy-2x.md 1.4) ---------------------------------------------
 
     def _handle(self, request: RecordedRequest) -> _Reply:
@@ -294,6 +360,8 @@ class Legacy2xDouble:
             return _Reply(200, static_asset(path[len("/static/") :]), "application/octet-stream")
         # Express routes are case-insensitive and accept one trailing slash.
         route = self._routes.get((request.method, (path[:-1] if path.endswith("/") else path).lower()))
+        if route is None and request.method == "POST":
+            route = self._instance_stop_route(path[:-1] if path.endswith("/") else path)
         if route is None:
             return self._echo(request)
         try:
@@ -436,9 +504,23 @@ class Legacy2xDouble:
         return _json(200, {"code": 200})
 
     def _stop(self, payload: Any) -> _Reply:
-        # The kill itself is not simulated; pid is left alone (`pid: undefined` is a no-op).
-        ids, now_s, stamp = validate_id_array(payload), int(self._clock()), self._stamp()
+        # No process is killed: on_kill's hook stands for each killTask, first of the cron's pid, then of what
+        # killAllTasks(command) finds (here: the pids of the cron's running instances). pid is left alone
+        # (`pid: undefined` is a no-op).
+        ids = validate_id_array(payload)
         with closing(connect(self.data_dir.database_path)) as conn:
+            for cron_id, pid in [(row["id"], row["pid"]) for row in conn.execute(
+                    f"SELECT id, pid FROM Crontabs WHERE id IN ({', '.join('?' * len(ids))})", ids)]:
+                killed = {pid} if pid else set()
+                if pid:
+                    self._kill(cron_id, pid)
+                for (other,) in conn.execute("SELECT DISTINCT pid FROM RunningInstances WHERE cron_id = ? "
+                                             "AND status = ? AND pid IS NOT NULL",
+                                             (cron_id, int(InstanceStatus.RUNNING))).fetchall():
+                    if other not in killed:
+                        killed.add(other)
+                        self._kill(cron_id, other)
+            now_s, stamp = int(self._clock()), self._stamp()
             with immediate(conn):
                 conn.executemany(
                     "UPDATE RunningInstances SET status = ?, finished_at = ?, "
@@ -450,7 +532,43 @@ class Legacy2xDouble:
                     "UPDATE Crontabs SET status = ?, updatedAt = ? WHERE id = ?",
                     [(int(CrontabStatus.IDLE), stamp, i) for i in ids],
                 )
+        self._before_stop_answer()
         return _json(200, {"code": 200})
+
+    def _instance_stop_route(self, path: str) -> Callable[[Any], _Reply] | None:
+        """``POST /crons/:id/instances/:instanceId/stop``: celebrate's Joi.number() on both params, then
+        stopInstance(instanceId) (``:id`` is never checked against the instance's cron)."""
+        parts = path.lower().split("/")  # Express: ":param" is one non-empty segment
+        if len(parts) != 7 or parts[0] or parts[1] not in ("api", "open") or parts[2] != "crons" \
+                or parts[4] != "instances" or parts[6] != "stop" or not parts[3] or not parts[5]:
+            return None
+        return lambda _payload: self._stop_instance(_joi_param_number("id", parts[3]),
+                                                    _joi_param_number("instanceId", parts[5]))
+
+    def _stop_instance(self, _cron_id: float, instance_id: float) -> _Reply:
+        with closing(connect(self.data_dir.database_path)) as conn:
+            row = next(iter(conn.execute("SELECT cron_id, pid FROM RunningInstances WHERE id = ? AND status = ?",
+                                         (instance_id, int(InstanceStatus.RUNNING))).fetchall()), None)
+            if row is None:
+                return _json(200, {"code": 400, "message": self._t("实例不存在或已停止")})
+            if row["pid"]:
+                self._kill(row["cron_id"], row["pid"])
+            stamp = self._stamp()
+            with immediate(conn):
+                conn.execute("UPDATE RunningInstances SET status = ?, finished_at = ?, exit_code = ?, updatedAt = ? "
+                             "WHERE id = ?", (int(InstanceStatus.STOPPED), int(self._clock()), 143, stamp, instance_id))
+            running = conn.execute("SELECT count(*) FROM RunningInstances WHERE cron_id = ? AND status = ?",
+                                   (row["cron_id"], int(InstanceStatus.RUNNING))).fetchone()[0]
+            if running == 0:
+                with immediate(conn):
+                    conn.execute("UPDATE Crontabs SET status = ?, updatedAt = ? WHERE id = ?",
+                                 (int(CrontabStatus.IDLE), self._stamp(), row["cron_id"]))
+        self._before_stop_answer()
+        return _json(200, {"code": 200, "message": self._t("实例已停止")})
+
+    def _before_stop_answer(self) -> None:
+        if self._stop_answer_hook is not None:
+            self._stop_answer_hook()
 
     # --- SystemService.updateLanguage (back/services/system.ts, PUT /system/config/lang) ------
 
