@@ -13,6 +13,7 @@ from typing import Any
 
 from deepdiff import DeepDiff
 
+from bridge.domain.events import ErrorCode, is_signal_exit
 from bridge.domain.model import RUN_ACTIVE
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.reader import LegacyCron, LegacyInstance
@@ -23,6 +24,8 @@ from legacy_adapters.timeconv import MAX_EPOCH_SECONDS, epoch_seconds_to_ms, ms_
 EXPECTED_RUN_STATUS = {InstanceStatus.FINISHED: "succeeded", InstanceStatus.ERROR: "failed",
                        InstanceStatus.STOPPED: "cancelled"}
 ACTIVE_RUN_STATUSES = frozenset(status.value for status in RUN_ACTIVE)  # the domain's list, as stored
+# A stop 2.x answered through the bridge: its killed shell's trap may have closed the row first (error, 143).
+RELAYED_STOP_CODES = frozenset({ErrorCode.CANCELLED_BY_USER.value, ErrorCode.INSTANCE_STOPPED_BY_USER.value})
 VOLATILE = ["root['updated_at']", "root['received_at_ms']"]
 INVALID_LEGACY_VALUE = "invalid_legacy_value"
 # A RunningInstances row without a usable one of these has no Run key and no place in any window.
@@ -64,13 +67,16 @@ def compare_ended(instance: LegacyInstance, run: dict[str, Any], tolerance_s: in
     """
     status = _instance_status(instance.status)
     expected = EXPECTED_RUN_STATUS.get(status) if status is not None else None
+    stopped = status is InstanceStatus.STOPPED or stopped_by_relayed_stop(instance, run)
+    if stopped:
+        expected = "cancelled"
 
     def finding(kind: str, legacy: dict[str, Any], shadow: dict[str, Any], epsilon: float = 0.0) -> list[Finding]:
         diff = structured_diff(legacy, shadow, epsilon=epsilon)
         return [Finding(kind, instance.cron_id, run["id"], instance.id, run.get("origin"), diff)] if diff else []
 
     found = finding("terminal_status", {"status": expected}, {"status": run["status"]})
-    if status is not InstanceStatus.STOPPED:  # a stopped row's 143 (or nothing, at boot) pairs with cancelled
+    if not stopped:  # a stopped row's 143 (or nothing, at boot) pairs with cancelled
         legacy_exit = int(instance.exit_code) if instance.exit_code is not None else None
         found += finding("exit_code", {"exit_code": legacy_exit}, {"exit_code": run.get("exit_code")})
     found += finding("start_time", {"started_s": instance.started_at},
@@ -79,6 +85,13 @@ def compare_ended(instance: LegacyInstance, run: dict[str, Any], tolerance_s: in
         found += finding("finish_time", {"finished_s": instance.finished_at},
                          {"finished_s": _seconds(run.get("finished_at_ms"))}, tolerance_s)
     return found
+
+
+def stopped_by_relayed_stop(instance: LegacyInstance, run: dict[str, Any]) -> bool:
+    """2.x says error with a signal exit, and the shadow Run was cancelled by a stop 2.x accepted through the
+    bridge: the killed shell's end reached 2.x before the stop marked the row, so both tell the same story."""
+    return (_instance_status(instance.status) is InstanceStatus.ERROR and is_signal_exit(instance.exit_code)
+            and run.get("status") == "cancelled" and run.get("error_code") in RELAYED_STOP_CODES)
 
 
 def compare_running(instance: LegacyInstance, run: dict[str, Any], process_alive: bool | None) -> list[Finding]:

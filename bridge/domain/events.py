@@ -44,6 +44,9 @@ class EventType(StrEnum):
     COMPAT_AMBIGUOUS_CALLBACK = "compat.ambiguous_callback"
     COMPAT_TRANSITION_MISMATCH = "compat.transition_mismatch"
     COMPAT_SHADOW_WRITE_FAILED = "compat.shadow_write_failed"
+    # StepRun mutations (ADR-0156): part of the Run aggregate, so they take the Run's Event sequence.
+    STEP_RUN_CREATED = "step_run.created"
+    STEP_RUN_TRANSITIONED = "step_run.transitioned"
 
     @classmethod
     def for_run_status(cls, status: str) -> EventType:
@@ -82,6 +85,30 @@ class ErrorCode(StrEnum):
     INTERNAL_ERROR = "internal_error"
     # 2.x's boot reset stopped the instance without a finish time: imported history says so plainly.
     FINISH_TIME_UNKNOWN = "finish_time_unknown"
+    # Who stopped a 2.x execution (each is also the Run's cancel_reason). CANCELLED_BY_USER above is an API stop
+    # (`PUT /crons/stop`) relayed through the bridge; these are the other sources the bridge can tell apart.
+    INSTANCE_STOPPED_BY_USER = "instance_stopped_by_user"  # stopInstance, relayed through the bridge
+    REPLACED_BY_NEXT_RUN = "replaced_by_next_run"  # runCron's single-instance kill before the next start
+    STOPPED_IN_LEGACY = "stopped_in_legacy"  # 2.x stopped it; the bridge saw no source (the panel went direct)
+    LEGACY_BOOT_RESET = "legacy_boot_reset"  # 2.x's start-up reset: stopped, no finish time, no exit code
+
+
+# Error codes that say 2.x stopped the execution; a Run carrying one ended cancelled.
+STOP_CODES: frozenset[ErrorCode] = frozenset({
+    ErrorCode.CANCELLED_BY_USER, ErrorCode.INSTANCE_STOPPED_BY_USER, ErrorCode.REPLACED_BY_NEXT_RUN,
+    ErrorCode.STOPPED_IN_LEGACY, ErrorCode.LEGACY_BOOT_RESET,
+})
+_SIGNALS = range(129, 128 + 64 + 1)  # 128 + N for N in 1..64 (SIGRTMAX)
+
+
+def is_signal_exit(exit_code: int | float | None) -> bool:
+    """A shell's exit status 128 + N: its command ended on signal N (143 = SIGTERM, 130 = SIGINT).
+
+    This is what the task shell's trap reports when 2.x kills it; on its own it is no proof of a stop.
+    """
+    if isinstance(exit_code, bool) or not isinstance(exit_code, (int, float)):
+        return False
+    return float(exit_code).is_integer() and int(exit_code) in _SIGNALS
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,7 @@ class ReconcileStore:
             return {}
         r, a = runs_table, run_attempts_table
         stmt = (select(r.c.id, r.c.idempotency_key, r.c.origin, r.c.status, r.c.mode, r.c.legacy_cron_id,
-                       r.c.created_at_ms, r.c.cancel_requested_at_ms, a.c.id.label("attempt_id"),
+                       r.c.created_at_ms, r.c.cancel_requested_at_ms, r.c.error_code, a.c.id.label("attempt_id"),
                        a.c.status.label("attempt_status"), a.c.exit_code, a.c.started_at_ms, a.c.finished_at_ms,
                        a.c.pid, a.c.executor_handle)
                 .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
