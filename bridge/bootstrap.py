@@ -107,6 +107,11 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
         interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify, reader=reader)
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
+        if schedule_reconciler:  # the ends kept for a stop decision are decided once their window is over
+            from bridge.stop_decisions import StopDeciderThread, decider_interval_s
+
+            decider = StopDeciderThread(interceptor.stop_decisions, decider_interval_s(settings.stop_decision_window_s))
+            container.closers.append(decider.start().close)
         if schedule_reconciler:
             from bridge.housekeeping import INTERVAL_S, run_housekeeping
             from projections.schedule import start_reconcile_schedule
@@ -185,6 +190,7 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
                       on_primary_commit: Callable[[], None] = lambda: None, *, reader: Any = None) -> Any:
     from bridge.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
+    from bridge.storage.pending_ends import SqlPendingEnds
     from legacy_adapters.auth import LegacyTokenAuthority
 
     assert settings.legacy_keyv_path is not None
@@ -192,4 +198,6 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
         ShadowRecorder(store.runs), reader or _legacy_reader(settings), modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         auth=LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit,
-        read_ahead=store.engine.dialect.name == "postgresql")
+        read_ahead=store.engine.dialect.name == "postgresql",
+        pending=SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes),
+        stop_window_ms=settings.stop_decision_window_s * 1000)

@@ -50,6 +50,8 @@ class Settings:
     reconcile_tolerance_s: int = 2
     reconcile_grace_s: int = 120
     reconcile_lookback_s: int = 7 * 86_400
+    # How long an end with a signal exit waits for 2.x's evidence of a stop (bridge.stop_decisions).
+    stop_decision_window_s: int = 5
     log_format: str = "text"
 
     @classmethod
@@ -101,6 +103,7 @@ class Settings:
             reconcile_tolerance_s=_int(env, "BRIDGE_RECONCILE_TOLERANCE_S", 2, low=0, high=3600),
             reconcile_grace_s=_int(env, "BRIDGE_RECONCILE_GRACE_S", 120, low=0, high=86_400),
             reconcile_lookback_s=_int(env, "BRIDGE_RECONCILE_LOOKBACK_S", 7 * 86_400, low=60, high=366 * 86_400),
+            stop_decision_window_s=_int(env, "BRIDGE_STOP_DECISION_WINDOW_S", 5, low=0, high=600),
             log_format=_choice(env, "BRIDGE_LOG_FORMAT", "text", LOG_FORMATS),
         )
 

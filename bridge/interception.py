@@ -9,12 +9,15 @@ begins), so only the write waits for the 2xx. Primary (fail-closed):
 for an execution the bridge owns it returns a LocalAnswer instead, and nothing is forwarded. Logs carry
 error codes only — never bodies, tokens, commands or paths. A 2.x database that cannot be read (locked,
 hot journal, missing, damaged) never stops a callback: each failed read is counted by its state, the
-state is logged when it changes, and the next callback reads again.
+state is logged when it changes, and the next callback reads again. Stops (`PUT /crons/stop`, stopInstance)
+and ends with a signal exit go to StopDecisions (bridge.stop_decisions): a stopped execution ends cancelled.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -32,7 +35,15 @@ from bridge.metrics import BridgeMetrics
 from bridge.primary import PrimaryAnswerer
 from bridge.process_identity import ProcProbe
 from bridge.service.ports import ActiveCandidate, Clock, ModeSource, TaskSnapshot
-from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder, ShadowResult
+from bridge.service.shadow import (
+    CallbackFacts,
+    ExecutionContext,
+    Outcome,
+    PendingEndStore,
+    ShadowRecorder,
+    ShadowResult,
+)
+from bridge.stop_decisions import DEFAULT_WINDOW_S, StopDecisions
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
     StatusCallback,
@@ -50,6 +61,8 @@ from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 log = logging.getLogger("bridge.shadow")
 STATUS_PATHS = frozenset({"/open/crons/status", "/api/crons/status"})
 STOP_PATHS = frozenset({"/open/crons/stop", "/api/crons/stop"})
+# stopInstance (`POST /crons/:id/instances/:instanceId/stop`); 2.x does not check :id against the row's cron.
+STOP_INSTANCE_PATH = re.compile(r"/(?:open|api)/crons/([0-9]{1,15})/instances/([0-9]{1,15})/stop")
 PRIMARY_PATH = "/open/crons/status"  # the task shell's route; panel calls on /api keep going to 2.x
 MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
 
@@ -57,6 +70,13 @@ MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
 @dataclass(frozen=True)
 class PreparedStop:
     cron_ids: tuple[int, ...]
+    received_at_ms: int
+
+
+@dataclass(frozen=True)
+class PreparedInstanceStop:
+    instance_id: int
+    cron_ids: tuple[int, ...]  # the path's :id, for the lane; the instance row names the real cron
     received_at_ms: int
 
 
@@ -71,15 +91,17 @@ class PreparedCallback:
     read_ahead: Future[list[ActiveCandidate]] | None = None  # an end's open Runs, read during the forward
 
 
-Prepared: TypeAlias = PreparedCallback | PreparedStop | LocalAnswer
+Prepared: TypeAlias = PreparedCallback | PreparedStop | PreparedInstanceStop | LocalAnswer
 
 
 class ShadowInterceptor:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, modes: ModeSource, metrics: BridgeMetrics,
                  clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4,
                  probe: ProcProbe | None = None, auth: LegacyTokenAuthority | None = None,
-                 on_primary_commit: Callable[[], None] = lambda: None, read_ahead: bool = False) -> None:
+                 on_primary_commit: Callable[[], None] = lambda: None, read_ahead: bool = False,
+                 pending: PendingEndStore | None = None, stop_window_ms: int = DEFAULT_WINDOW_S * 1000) -> None:
         self._recorder = recorder
+        self._stops = StopDecisions(recorder, reader, pending, clock, window_ms=stop_window_ms)
         self._reader = reader
         self._modes = modes
         self._metrics = metrics
@@ -103,6 +125,8 @@ class ShadowInterceptor:
         received = self._clock.now_ms()
         if path in STOP_PATHS:
             return _prepare_stop(body, received)
+        if match := STOP_INSTANCE_PATH.fullmatch(path):
+            return PreparedInstanceStop(int(match[2]), (int(match[1]),), received)
         if path not in STATUS_PATHS:
             return None
         try:
@@ -171,11 +195,19 @@ class ShadowInterceptor:
             return None
         return self._primary.answer(headers, lambda: self._recorder.record_end(facts, lambda: None))
 
-    def after_forward(self, prepared: object, upstream_status: int) -> None:
-        if not isinstance(prepared, (PreparedCallback, PreparedStop)) or not 200 <= upstream_status < 300:
+    @property
+    def stop_decisions(self) -> StopDecisions:
+        return self._stops
+
+    def after_forward(self, prepared: object, upstream_status: int, answer: bytes | None = None) -> None:
+        """Record what 2.x accepted. ``answer`` is 2.x's body, for the routes that answer 200 either way."""
+        if not isinstance(prepared, (PreparedCallback, PreparedStop, PreparedInstanceStop)) \
+                or not 200 <= upstream_status < 300:
             return
         if not prepared.cron_ids:
             return
+        if isinstance(prepared, PreparedInstanceStop) and _answer_code(answer) != 200:
+            return  # {"code":400,"message":"实例不存在或已停止"}: 2.x stopped nothing
         if not self._pending.acquire(blocking=False):
             self._metrics.shadow_write_failed(None, "overload")
             return
@@ -194,7 +226,7 @@ class ShadowInterceptor:
 
     # -- inside a lane ----------------------------------------------------------------------------
 
-    def _record(self, prepared: PreparedCallback | PreparedStop) -> None:
+    def _record(self, prepared: PreparedCallback | PreparedStop | PreparedInstanceStop) -> None:
         for cron_id in prepared.cron_ids:
             started = time.perf_counter()
             origin = None
@@ -212,9 +244,13 @@ class ShadowInterceptor:
             finally:
                 self._metrics.shadow_write_seconds.observe(time.perf_counter() - started)
 
-    def _record_one(self, prepared: PreparedCallback | PreparedStop, cron_id: int) -> ShadowResult | None:
+    def _record_one(self, prepared: PreparedCallback | PreparedStop | PreparedInstanceStop,
+                    cron_id: int) -> ShadowResult | None:
         if isinstance(prepared, PreparedStop):
-            self._recorder.record_stop(cron_id, prepared.received_at_ms)
+            self._stops.relayed_stop(cron_id, prepared.received_at_ms)
+            return None
+        if isinstance(prepared, PreparedInstanceStop):
+            self._stops.relayed_instance_stop(prepared.instance_id, prepared.received_at_ms)
             return None
         callback = prepared.callback
         facts = _facts(callback, cron_id, prepared.received_at_ms)
@@ -233,8 +269,10 @@ class ShadowInterceptor:
             context = self._context(cron, decision, prepared.shell_handle)
             self._metrics.callback_seen("start", self._modes.mode_for(decision.origin).value)
             return self._recorder.record_start(facts, context) if context else None
-        return self._recorder.record_end(facts, lambda: self._context_for_finish_only(cron_id, callback),
-                                         _read_ahead_result(prepared.read_ahead))
+        read_ahead = _read_ahead_result(prepared.read_ahead)
+        kept = self._stops.keep(facts, read_ahead)  # a signal exit waits for 2.x's evidence of a stop
+        return kept or self._recorder.record_end(facts, lambda: self._context_for_finish_only(cron_id, callback),
+                                                 read_ahead)
 
     def _context_for_finish_only(self, cron_id: int, callback: StatusCallback) -> ExecutionContext | None:
         # Unreadable, the end cannot be back-filled: LegacyDatabaseError rolls the write back and is counted
@@ -292,6 +330,15 @@ def _read_ahead_result(future: Future[list[ActiveCandidate]] | None) -> list[Act
     if future is None or not future.done() or future.exception() is not None:
         return None  # the write reads for itself, and a store that failed the read is counted there
     return future.result()
+
+
+def _answer_code(answer: bytes | None) -> object:
+    """The ``code`` of 2.x's JSON answer, or None when there is none to read."""
+    try:
+        body = json.loads(answer) if answer else None
+    except ValueError:
+        return None
+    return body.get("code") if isinstance(body, dict) else None
 
 
 def _prepare_stop(body: bytes, received_at_ms: int) -> PreparedStop | None:

@@ -30,9 +30,10 @@ from bridge.process_identity import ProcessHandle, ProcProbe
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.run_service import RunService
 from bridge.service.shadow import ShadowRecorder
+from bridge.stop_decisions import legacy_stop_code, run_key
 from bridge.storage.errors import translate_operational_error
+from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import ReconcileStore
-from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader
@@ -94,12 +95,6 @@ def failure_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def run_key(cron_id: int | None, pid: int | None, log_path: str | None, started_at_s: float | None) -> str:
-    """The shadow Run key of a 2.x execution (the same one ShadowRecorder uses for its callbacks)."""
-    started = epoch_seconds_to_ms(started_at_s, field="started_at") if started_at_s else None
-    return f"legacy:{cron_id}:{pid}:{log_path_digest(log_path)}:{started}"
-
-
 class Reconciler:
     def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
                  metrics: BridgeMetrics, clock: Clock, *, scheduler_mode: str, tz: ZoneInfo,
@@ -108,6 +103,7 @@ class Reconciler:
         self._store = store
         self._runs = runs
         self._recorder = ShadowRecorder(runs)
+        self._pending = SqlPendingEnds(store.engine)  # Runs whose kept end the stop decider settles
         self._reader = reader
         self._modes = modes
         self._metrics = metrics
@@ -203,8 +199,12 @@ class Reconciler:
             handle = ProcessHandle.from_json(run.get("executor_handle"))
             alive = self._probe.same_process(instance.pid, handle)
             self._emit(compare_running(instance, run, alive))
+        elif run["status"] in ACTIVE_RUN_STATUSES and self._pending.waiting_runs([run["id"]]):
+            return  # its end is kept: the stop decider closes the Run, with its exit code, within the window
         elif instance.status == InstanceStatus.STOPPED and run["status"] in ACTIVE_RUN_STATUSES:
-            self._recorder.cancel_run(run["id"], actor=RECONCILER, reason="legacy_instance_stopped")
+            finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
+            self._recorder.cancel_run(run["id"], actor=RECONCILER, code=legacy_stop_code(self._reader, instance),
+                                      evidence="legacy_instance", finished_at_ms=finished)
             stats["cancelled"] += 1
         else:
             self._emit(compare_ended(instance, run, self._settings.tolerance_s))
@@ -244,6 +244,9 @@ class Reconciler:
         latest_s = now_ms / 1000 + self._settings.future_s
         while ids := self._store.crons_with_runs(since_ms, after, self._settings.batch_size):
             active = self._store.active_by_cron(ids)
+            # A Run whose end is kept has ended as far as 2.x knows; the stop decider closes it within the window.
+            waiting = self._pending.waiting_runs([r["id"] for runs in active.values() for r in runs])
+            active = {cron: [r for r in runs if r["id"] not in waiting] for cron, runs in active.items()}
             for cron_id in ids:
                 stats["crons"] += 1
                 cron = self._cron(cron_id)

@@ -1,11 +1,14 @@
 """Startup recovery (ADR-0001 13.1–13.2): every non-terminal shadow Run is checked against evidence.
 
-2.x's own instance row, found by the execution's identity (cron id, pid, log path, begin second), says how
-the execution ended; while it still says running, only the recorded process identity (boot id, start
+First the ends kept for a stop decision whose window is over are decided (bridge.stop_decisions), so an
+exit code observed before a restart is never lost; a Run whose kept end is not due yet is left to the decider.
+Then 2.x's own instance row, found by the execution's identity (cron id, pid, log path, begin second), says
+how the execution ended; while it still says running, only the recorded process identity (boot id, start
 ticks, process group) can prove the shell alive. Proven running stays running (`run.reconciled`), proven
-ended is completed or cancelled with 2.x's facts, anything unprovable becomes `lost` with its reason. A 2.x
-database that cannot be read proves nothing: those Runs are left as they are (`deferred:<state>`) for the
-next call. Never a bulk reset, never a signal; safe to call at every process start, and again later.
+ended is completed, or cancelled with the stop's source (legacy_boot_reset, replaced_by_next_run,
+stopped_in_legacy), anything unprovable becomes `lost` with its reason. A 2.x database that cannot be read
+proves nothing: those Runs are left as they are (`deferred:<state>`) for the next call. Never a bulk reset,
+never a signal; safe to call at every process start, and again later.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from typing import Any, Protocol
 from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.process_identity import ProcessHandle, ProcProbe
+from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import ShadowRecorder
+from bridge.stop_decisions import StopDecisions, instance_of, legacy_stop_code
+from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import ReconcileStore, active_legacy_runs
-from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.reader import LegacyInstance, LegacyReader
 from legacy_adapters.schema import InstanceStatus
@@ -45,14 +50,20 @@ def recover_on_startup(store: ReconcileStore, runs: RunService, reader: LegacyRe
     DatabaseState code) and left untouched, so calling it again once 2.x's database reads settles them.
     """
     probe = probe or ProcProbe()
-    outcomes: Counter[str] = Counter()
+    pending = SqlPendingEnds(store.engine)
+    outcomes: Counter[str] = Counter({f"stop_decision:{kind}": n
+                                      for kind, n in _decide_kept_ends(runs, reader, pending).items()})
     cursor: tuple[int, str] = (-1, "")
     unavailable: str | None = None  # once 2.x's database failed a read, this call reads it no more
     for _ in range(max_pages):
         page = active_legacy_runs(store, cursor, PAGE)
         if not page:
             break
+        waiting = pending.waiting_runs([run["id"] for run in page])
         for run in page:
+            if run["id"] in waiting:  # its kept end is decided by the decider once its window is over
+                outcomes["awaiting_stop_decision"] += 1
+                continue
             if unavailable is None:
                 try:
                     outcomes[_recover(run, runs, reader, probe)] += 1
@@ -73,12 +84,26 @@ def _state(reader: LegacyReader, exc: LegacyDatabaseError | sqlite3.Error) -> st
     return exc.reason if isinstance(exc, LegacyDatabaseError) else str(reader.state_of(exc))
 
 
+def _decide_kept_ends(runs: RunService, reader: LegacyReader, pending: SqlPendingEnds) -> Counter[str]:
+    """Every kept end whose window is over (a restart during the window included), decided from 2.x's rows."""
+    decisions = StopDecisions(ShadowRecorder(runs), reader, pending, SystemClock())
+    total: Counter[str] = Counter()
+    while batch := decisions.decide_due():
+        total.update(batch)
+        if all(kind.startswith("deferred:") for kind in batch):
+            break  # 2.x's database does not read: they were put off, and are not due again yet
+    return total
+
+
 def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe: ProcProbe) -> str:
-    instance = _evidence(run, reader)
+    instance = instance_of(reader, run["legacy_cron_id"], run["legacy_pid"], run["log_ref"], run["started_at_ms"],
+                           run["created_at_ms"])
     if instance is None:
         return _lost(runs, run, "no_legacy_instance")
     if instance.status == InstanceStatus.STOPPED:
-        ShadowRecorder(runs).cancel_run(run["id"], actor=RECONCILER, reason="legacy_instance_stopped")
+        finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
+        ShadowRecorder(runs).cancel_run(run["id"], actor=RECONCILER, code=legacy_stop_code(reader, instance),
+                                        evidence="legacy_instance", finished_at_ms=finished)
         return "cancelled"
     if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
         return _complete(runs, run, instance)
@@ -89,25 +114,6 @@ def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe:
             actor=RECONCILER, command="reconcile", dedupe_key=None)
         return "running"
     return _lost(runs, run, "process_gone" if alive is False else "process_unprovable")
-
-
-def _evidence(run: dict[str, Any], reader: LegacyReader) -> LegacyInstance | None:
-    """The 2.x instance row of this execution: same cron and pid, same log digest, same begin second.
-
-    Looked up by that identity among the rows 2.x inserted shortly before the shadow Run was created (2.x
-    answers the start callback before the bridge records it), never among a cron's newest rows only: the cron
-    may have run any number of times since. Duplicate start callbacks give 2.x duplicate rows, and its end
-    closes them all; a row 2.x has closed is the better evidence.
-    """
-    found = [instance for instance in reader.instances_inserted_near(run["legacy_cron_id"], run["legacy_pid"],
-                                                                     run["created_at_ms"])
-             if log_path_digest(instance.log_path) == run["log_ref"] and _started_ms(instance) == run["started_at_ms"]]
-    closed = [instance for instance in found if instance.status != InstanceStatus.RUNNING]
-    return (closed or found or [None])[0]
-
-
-def _started_ms(instance: LegacyInstance) -> int | None:
-    return epoch_seconds_to_ms(instance.started_at, field="started_at") if instance.started_at else None
 
 
 def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -> str:

@@ -7,17 +7,21 @@ missing steps marked synthesized; several candidates is recorded as ambiguous an
 Everything for one callback is one transaction. The same recorder serves primary mode: a Run accepted
 under primary is owned by the bridge, keeps 2.x's log_path for the projection, and every change of it
 adds a projection outbox row in the same transaction.
+
+A signal exit (128 + N) is no proof of a stop: the end may be kept (PendingEnd) while 2.x's evidence comes
+in, and its Run is then closed as decided (EndVerdict): cancelled with the stop's source, or by its exit code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Protocol
 
 from bridge.domain.aggregate import RunChange
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
-from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
+from bridge.domain.events import STOP_CODES, Actor, ActorType, ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.ports import (
     ActiveCandidate,
@@ -83,6 +87,67 @@ class Outcome(StrEnum):
     AMBIGUOUS = "ambiguous"
     UNMATCHED = "unmatched"
     CANCELLED = "cancelled"
+    DEFERRED = "deferred"  # a signal exit kept until 2.x's evidence of a stop decides it
+
+
+@dataclass(frozen=True, slots=True)
+class EndVerdict:
+    """How a kept end closes its Run: ``stop`` None closes it by its exit code, a stop code cancels it.
+
+    The code is the Run's and the Attempt's error_code and the Run's cancel_reason; ``evidence`` says what
+    decided it (it goes into the event payloads).
+    """
+
+    stop: ErrorCode | None
+    evidence: str
+    actor: Actor = SHELL
+    requested_at_ms: int | None = None  # when the stop was asked for, if the bridge saw it asked
+
+    def __post_init__(self) -> None:
+        if self.stop is not None and self.stop not in STOP_CODES:
+            raise ValueError(f"{self.stop} is not a stop code")
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEnd:
+    """An end callback kept during the stop-decision window: the observed end and the Run it closes."""
+
+    facts: CallbackFacts
+    run_id: str
+    run_created_at_ms: int
+    due_at_ms: int
+    id: int | None = None
+    attempts: int = 0
+
+    @property
+    def dedupe_key(self) -> str:
+        return f"{self.facts.cron_id}:{self.facts.end_key}"
+
+
+class PendingEndStore(Protocol):
+    """The kept ends (bridge.storage.pending_ends); each call is one short transaction of its own."""
+
+    def add(self, end: PendingEnd) -> bool:
+        """Keep the end unless the same end is kept already; True when it was added."""
+        ...
+
+    def due(self, now_ms: int, limit: int) -> list[PendingEnd]:
+        """Ends whose window is over, the longest due first."""
+        ...
+
+    def for_cron(self, cron_id: int, received_since_ms: int) -> list[PendingEnd]:
+        """The cron's kept ends that reached the bridge at or after ``received_since_ms``."""
+        ...
+
+    def waiting_runs(self, run_ids: Collection[str]) -> set[str]:
+        """Which of these Runs have an end kept."""
+        ...
+
+    def postpone(self, end_id: int, due_at_ms: int) -> None:
+        """Decide this end later (counts the attempt)."""
+        ...
+
+    def remove(self, end_ids: Sequence[int]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,25 +234,78 @@ class ShadowRecorder:
 
         return self._once(work, facts)
 
-    def record_stop(self, cron_id: int, received_at_ms: int) -> list[ShadowResult]:
-        """2.x's stop killed the cron's processes and closed its instances: cancel its active shadow Runs."""
+    def deferrable_run(self, facts: CallbackFacts, read_ahead: list[ActiveCandidate] | None = None) -> Run | None:
+        """The Run this end would close, when its closing may wait for 2.x's evidence: the one active Run 2.x
+        owns that the end correlates with, its Attempt still running and no cancel asked for. Read only; None
+        sends the end down the usual path (a back-fill, several candidates, a late end)."""
+        def pick(candidates: list[ActiveCandidate]) -> Run | None:
+            matched = correlate(candidates, facts)
+            if len(matched) != 1:
+                return None
+            run, attempt = matched[0].run, matched[0].attempt
+            ok = run.owner == Owner.LEGACY.value and run.cancel_requested_at_ms is None and attempt is not None \
+                and not attempt.is_terminal
+            return run if ok else None
+
+        if read_ahead is not None:  # a hint: a Run changed since is caught when the end is decided
+            return pick(read_ahead)
+        return self._runs.read(lambda tx: pick(tx.store.active_candidates(facts.cron_id, CANDIDATE_LIMIT)))
+
+    def close_kept_end(self, end: PendingEnd, verdict: EndVerdict) -> ShadowResult:
+        """Close a kept end's Run as decided. Deciding again is a no-op (the end's dedupe key), and a Run that
+        ended meanwhile (a relayed stop) takes the end as late, once."""
+        return self._once(lambda tx: _close_kept(tx, end, verdict), end.facts)
+
+    def record_stop(self, cron_id: int, received_at_ms: int, ended: Sequence[PendingEnd] = (),
+                    passed_over: Collection[str] = ()) -> list[ShadowResult]:
+        """2.x's stop killed the cron's processes and closed its instances: cancel its active shadow Runs
+        (cancelled_by_user), but those in ``passed_over`` (they had ended before the stop). The ends kept
+        meanwhile (the killed shells' traps reached 2.x before its answer) close their Runs cancelled with the
+        exit code they reported."""
+        code = ErrorCode.CANCELLED_BY_USER
+        verdict = EndVerdict(code, "relayed_stop", requested_at_ms=received_at_ms)
+
         def work(tx: RunTransaction) -> list[ShadowResult]:
-            results = []
+            results = [_close_kept(tx, end, verdict) for end in ended]
             for candidate in tx.store.active_candidates(cron_id, CANDIDATE_LIMIT):
-                results.append(_cancel(tx, candidate, f"legacy-stop:{received_at_ms}", SHELL, "legacy_stop"))
-            return results
+                if candidate.run.id not in passed_over:
+                    results.append(_cancel(tx, candidate, f"legacy-stop:{received_at_ms}", SHELL, code,
+                                           evidence="relayed_stop"))
+            return [r for r in results if r.outcome is Outcome.CANCELLED]
 
         return self._runs.transaction(work)
 
-    def cancel_run(self, run_id: str, *, actor: Actor, reason: str) -> ShadowResult:
-        """2.x shows the execution stopped (its instance row): cancel the Run, once."""
+    def record_instance_stop(self, execution_key: str, received_at_ms: int,
+                             ended: Sequence[PendingEnd] = ()) -> list[ShadowResult]:
+        """2.x's stopInstance stopped one execution (found by its Run key): cancel that Run
+        (instance_stopped_by_user), with the exit code of its end if that was kept meanwhile."""
+        code = ErrorCode.INSTANCE_STOPPED_BY_USER
+        verdict = EndVerdict(code, "relayed_instance_stop", requested_at_ms=received_at_ms)
+
+        def work(tx: RunTransaction) -> list[ShadowResult]:
+            if ended:
+                return [_close_kept(tx, end, verdict) for end in ended]
+            run = tx.store.get_run_by_idempotency_key(PROJECT_ID, execution_key)
+            if run is None or run.is_terminal:
+                return []
+            attempts = tx.store.get_attempts(run.id)
+            candidate = ActiveCandidate(run, attempts[-1] if attempts else None)
+            return [_cancel(tx, candidate, f"legacy-instance-stop:{received_at_ms}", SHELL, code,
+                            evidence="relayed_instance_stop")]
+
+        return self._runs.transaction(work)
+
+    def cancel_run(self, run_id: str, *, actor: Actor, code: ErrorCode, evidence: str,
+                   finished_at_ms: int | None = None) -> ShadowResult:
+        """2.x shows the execution stopped (its instance row): cancel the Run with the stop's code, once."""
         def work(tx: RunTransaction) -> ShadowResult:
             run = tx.store.get_run(run_id)
             if run is None or run.is_terminal:
                 return ShadowResult(Outcome.DUPLICATE, run_id, run.origin if run else None)
             attempts = tx.store.get_attempts(run_id)
             candidate = ActiveCandidate(run, attempts[-1] if attempts else None)
-            return _cancel(tx, candidate, f"cancel:{reason}", actor, reason)
+            return _cancel(tx, candidate, f"cancel:{code.value}", actor, code, evidence=evidence,
+                           finished_at_ms=finished_at_ms)
 
         return self._once(work, None)
 
@@ -271,37 +389,65 @@ def _reload(tx: RunTransaction, run: Run) -> tuple[Run, RunAttempt | None]:
     return stored, attempts[-1] if attempts else None
 
 
-def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts) -> ShadowResult:
+def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts,
+           verdict: EndVerdict | None = None) -> ShadowResult:
+    """The end closes the Run: by its exit code, or cancelled when the verdict names a stop."""
     run, attempt = candidate.run, candidate.attempt
-    change = tx.begin(run, actor=SHELL, dedupe_key=facts.end_key)
-    failed = facts.exit_code not in (None, 0)
-    error = {"error_code": ErrorCode.PROCESS_EXIT_ERROR.value} if failed else {}
+    change = tx.begin(run, actor=verdict.actor if verdict else SHELL, dedupe_key=facts.end_key)
     if attempt is None or attempt.is_terminal:
         return _late(tx, change, attempt, "end")
+    stop = verdict.stop if verdict else None
+    failed = facts.exit_code not in (None, 0)
+    error = {"error_code": (stop or ErrorCode.PROCESS_EXIT_ERROR).value} if stop or failed else {}
+    payload = {**_exit(facts), **({"evidence": verdict.evidence} if verdict else {})}
+    if stop is not None:
+        payload["cancel_reason"] = stop.value
+        _request_cancel(change, stop, (verdict.requested_at_ms if verdict else None) or facts.received_at_ms,
+                        payload)
     attempt = _bring_attempt_to_running(change, attempt)
-    change.move_attempt(attempt, AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED,
-                        payload=_exit(facts), exit_code=facts.exit_code, finished_at_ms=facts.received_at_ms, **error)
+    to_attempt = AttemptStatus.CANCELLED if stop else AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED
+    change.move_attempt(attempt, to_attempt, payload=payload, exit_code=facts.exit_code,
+                        finished_at_ms=facts.received_at_ms, **error)
     _bring_run_to_running(change)
-    change.move_run(RunStatus.FAILED if failed else RunStatus.SUCCEEDED, payload=_exit(facts),
-                    duration_ms=facts.duration_ms, finished_at_ms=facts.received_at_ms, **error)
+    to_run = RunStatus.CANCELLED if stop else RunStatus.FAILED if failed else RunStatus.SUCCEEDED
+    change.move_run(to_run, payload=payload, duration_ms=facts.duration_ms, finished_at_ms=facts.received_at_ms,
+                    **error)
     tx.commit(change)
     _project(tx, run, attempt.id, "end")
-    return ShadowResult(Outcome.CLOSED, run.id, run.origin)
+    return ShadowResult(Outcome.CANCELLED if stop else Outcome.CLOSED, run.id, run.origin)
 
 
-def _cancel(tx: RunTransaction, candidate: ActiveCandidate, dedupe_key: str, actor: Actor,
-            why: str) -> ShadowResult:
-    """Durable cancel first (ADR-0001 13.4), then the outcome 2.x already observed: stopped."""
+def _close_kept(tx: RunTransaction, end: PendingEnd, verdict: EndVerdict) -> ShadowResult:
+    run = tx.store.get_run(end.run_id)
+    if run is None:
+        return ShadowResult(Outcome.UNMATCHED)
+    if run.is_terminal:
+        return _late_or_duplicate(tx, run, f"late:{end.facts.end_key}", "end", end.facts.end_key)
+    attempts = tx.store.get_attempts(run.id)
+    return _close(tx, ActiveCandidate(run, attempts[-1] if attempts else None), end.facts, verdict)
+
+
+def _request_cancel(change: RunChange, code: ErrorCode, at_ms: int, payload: dict[str, object]) -> None:
+    """The durable cancel request (ADR-0001 13.4), unless one is on the Run already."""
+    if change.run.cancel_requested_at_ms is None:
+        change.set_run_fields(cancel_requested_at_ms=at_ms, cancel_reason=code.value)
+        change.append(EventType.RUN_CANCEL_REQUESTED,
+                      {k: v for k, v in payload.items() if k in ("cancel_reason", "evidence")})
+
+
+def _cancel(tx: RunTransaction, candidate: ActiveCandidate, dedupe_key: str, actor: Actor, code: ErrorCode, *,
+            evidence: str, finished_at_ms: int | None = None) -> ShadowResult:
+    """Durable cancel first (ADR-0001 13.4), then the outcome 2.x already observed: stopped, by ``code``."""
     run, attempt = candidate.run, candidate.attempt
     change = tx.begin(run, actor=actor, dedupe_key=dedupe_key)
-    reason = {"cancel_reason": why}
-    if run.cancel_requested_at_ms is None:
-        change.set_run_fields(cancel_requested_at_ms=tx.at_ms, cancel_reason=why)
-        change.append(EventType.RUN_CANCEL_REQUESTED, reason)
-    error = {"error_code": ErrorCode.CANCELLED_BY_USER.value}
+    reason: dict[str, object] = {"cancel_reason": code.value, "evidence": evidence}
+    _request_cancel(change, code, finished_at_ms if finished_at_ms is not None else tx.at_ms, reason)
+    fields: dict[str, object] = {"error_code": code.value}
+    if finished_at_ms is not None:
+        fields["finished_at_ms"] = finished_at_ms
     if attempt is not None and not attempt.is_terminal:
-        change.move_attempt(attempt, AttemptStatus.CANCELLED, payload=reason, **error)
-    change.move_run(RunStatus.CANCELLED, payload=reason, **error)
+        change.move_attempt(attempt, AttemptStatus.CANCELLED, payload=reason, **fields)
+    change.move_run(RunStatus.CANCELLED, payload=reason, **fields)
     tx.commit(change)
     _project(tx, run, attempt.id if attempt else None, "cancel")
     return ShadowResult(Outcome.CANCELLED, run.id, run.origin)

@@ -309,3 +309,28 @@ legacy_instance_map_table = Table(
     Column("created_at_ms", Ms, nullable=False),
     UniqueConstraint("legacy_instance_id"),
 )
+
+# End callbacks whose signal exit (128 + N) waits out the stop-decision window for 2.x's evidence of a stop,
+# with everything needed to close the Run once decided: the observed end and the execution's identity. A row
+# is deleted once its Run is decided; deciding again is a no-op (the end's dedupe key), so a crash between
+# the two only repeats a no-op.
+pending_ends_table = Table(
+    "pending_ends", metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("dedupe_key", String(200), nullable=False),  # cron id + the end's own key: a repeated end adds none
+    Column("run_id", String(36), nullable=False),
+    Column("run_created_at_ms", Ms, nullable=False),  # when 2.x inserted the instance row, near enough
+    Column("legacy_cron_id", BigInteger, nullable=False),
+    Column("pid", BigInteger),
+    Column("log_ref", String(36)),
+    Column("started_at_ms", Ms),
+    Column("duration_ms", Ms),
+    Column("exit_code", ExitCode, nullable=False),
+    Column("received_at_ms", Ms, nullable=False),
+    Column("due_at_ms", Ms, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),  # decisions put off (2.x unreadable)
+    UniqueConstraint("dedupe_key"),
+    Index("ix_pending_ends_due", "due_at_ms", "id"),
+    Index("ix_pending_ends_cron", "legacy_cron_id", "id"),
+    Index("ix_pending_ends_run", "run_id"),
+)

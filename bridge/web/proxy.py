@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
@@ -29,6 +31,9 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # Exact and case-sensitive: 2.x answers mixed-case /api/ and /open/ paths with its own 400. The stop
 # routes are watched too: a stop 2.x accepted cancels the matching shadow Runs.
 CALLBACK_PATHS = frozenset({b"/open/crons/status", b"/api/crons/status", b"/open/crons/stop", b"/api/crons/stop"})
+STOP_PATHS = frozenset({b"/open/crons/stop", b"/api/crons/stop"})
+# stopInstance answers HTTP 200 whether it stopped anything or not: the interceptor reads its JSON `code`.
+STOP_INSTANCE_PATH = re.compile(rb"/(?:open|api)/crons/[0-9]{1,15}/instances/[0-9]{1,15}/stop")
 # RFC 9110 7.6.1 hop-by-hop fields, plus the pre-standard ones still seen in the wild.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
                         "te", "trailer", "trailers", "transfer-encoding", "upgrade", "http2-settings"})
@@ -41,6 +46,7 @@ _NOT_SENT_DOWN = HOP_BY_HOP | {"date", "server"}
 _TARGET_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
 _JSON_2X = "application/json; charset=utf-8"  # what Express's res.send(object) sets
 STREAM_CHUNK_BYTES = 64 * 1024
+ANSWER_CAP_BYTES = 64 * 1024  # what of a stop's answer is decoded for the interceptor (2.x's is ~50 bytes)
 
 
 class CallbackInterceptor(Protocol):
@@ -50,7 +56,9 @@ class CallbackInterceptor(Protocol):
         """Return None or a token for after_forward; a LocalAnswer means "answer this yourself" (primary)."""
         ...
 
-    def after_forward(self, prepared: object, upstream_status: int) -> None: ...
+    def after_forward(self, prepared: object, upstream_status: int, answer: bytes | None = None) -> None:
+        """``answer`` (2.x's body without its content coding) is passed for the stop routes only."""
+        ...
 
 
 class RelayResponse(Response):
@@ -75,7 +83,7 @@ def forward(path: str) -> Response:
     container = current_container()
     target = raw_target(request.environ)
     length = request.content_length or 0
-    interceptor = container.interceptor if is_status_callback(request.method, target) else None
+    interceptor = container.interceptor if is_intercepted(request.method, target) else None
     if interceptor is not None and length > container.settings.callback_body_cap_bytes:
         # The shell's body is ~250 bytes: a huge one is 2.x's to judge, never parsed or held by the bridge.
         container.metrics.callback_body_oversize(_path_only(target))
@@ -92,7 +100,8 @@ def forward(path: str) -> Response:
     except httpx.TransportError as exc:
         return _unreachable(exc, target)
     if prepared is not None:
-        _after_forward(interceptor, prepared, response.status_code)
+        answer = _answer_body(response, content) if is_stop_route(target) else None
+        _after_forward(interceptor, prepared, response.status_code, answer)
     return relay_response(response, content)
 
 
@@ -133,8 +142,31 @@ def _streamed_body(environ: dict[str, Any], length: int) -> Iterator[bytes]:
         yield chunk
 
 
-def is_status_callback(method: str, target: bytes) -> bool:
-    return method == "PUT" and target.partition(b"?")[0] in CALLBACK_PATHS
+def is_intercepted(method: str, target: bytes) -> bool:
+    """A status callback or a stop: `PUT` to one of CALLBACK_PATHS, or stopInstance's `POST`."""
+    path = target.partition(b"?")[0]
+    if method == "POST":
+        return STOP_INSTANCE_PATH.fullmatch(path) is not None
+    return method == "PUT" and path in CALLBACK_PATHS
+
+
+def is_stop_route(target: bytes) -> bool:
+    path = target.partition(b"?")[0]
+    return path in STOP_PATHS or STOP_INSTANCE_PATH.fullmatch(path) is not None
+
+
+def _answer_body(response: httpx.Response, content: bytes) -> bytes | None:
+    """2.x's answer without its content coding (compression() leaves bodies under 1 kB as they are)."""
+    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    if coding == "identity":
+        return content
+    wbits = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}.get(coding)
+    if wbits is None:
+        return None
+    try:
+        return zlib.decompressobj(wbits).decompress(content, ANSWER_CAP_BYTES)
+    except zlib.error:
+        return None
 
 
 def raw_target(environ: dict[str, Any]) -> bytes:
@@ -235,9 +267,13 @@ def _before_forward(interceptor: CallbackInterceptor, target: bytes, body: bytes
         return None
 
 
-def _after_forward(interceptor: CallbackInterceptor, prepared: object, upstream_status: int) -> None:
+def _after_forward(interceptor: CallbackInterceptor, prepared: object, upstream_status: int,
+                   answer: bytes | None = None) -> None:
     try:
-        interceptor.after_forward(prepared, upstream_status)
+        if answer is None:
+            interceptor.after_forward(prepared, upstream_status)
+        else:
+            interceptor.after_forward(prepared, upstream_status, answer)
     except Exception as exc:  # noqa: BLE001 - fail-open: 2.x's answer goes back unchanged
         _interceptor_failed("after_forward", exc)
 

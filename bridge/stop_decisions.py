@@ -1,0 +1,238 @@
+"""Stop decisions: when 2.x stops an execution, its Run ends cancelled with the stop's source, never failed.
+
+The killed shell's trap reports a signal exit (128 + N) and often reaches 2.x before 2.x's own answer to the
+stop does. So an end with a signal exit whose Run is open is kept (``pending_ends``) for the stop-decision
+window instead of closing the Run, and the Run closes on the first evidence, in this order:
+
+1. a stop relayed through the bridge: ``PUT /crons/stop`` answered 2xx cancels the cron's Runs
+   (cancelled_by_user); ``POST /crons/:id/instances/:iid/stop`` answered with JSON ``code`` 200 cancels that
+   instance's Run (instance_stopped_by_user). Ends kept meanwhile close cancelled with their exit codes;
+2. once the window is over, 2.x's instance row of the execution: stopped with neither finish time nor exit
+   code → legacy_boot_reset (initData); stopped, and a single-instance cron started again right after →
+   replaced_by_next_run (runCron); stopped otherwise → stopped_in_legacy. Any other row (error, finished,
+   still running, none) → the exit code decides: a signal exit with no stop evidence stays failed, as 2.x says.
+
+A 2.x database that cannot be read puts the decision off, until GIVE_UP_S after the end; then the exit code
+decides. Deciding is idempotent (the end's dedupe key; a Run already ended takes the end as late), so the
+decider thread in ``bridge serve``, startup recovery and another replica may all meet the same row.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections import Counter
+from itertools import islice
+
+from bridge.domain.events import Actor, ActorType, ErrorCode, is_signal_exit
+from bridge.service.ports import ActiveCandidate, Clock
+from bridge.service.shadow import (
+    CallbackFacts,
+    EndVerdict,
+    Outcome,
+    PendingEnd,
+    PendingEndStore,
+    ShadowRecorder,
+    ShadowResult,
+)
+from legacy_adapters.callbacks import log_path_digest
+from legacy_adapters.errors import LegacyDatabaseError
+from legacy_adapters.reader import LegacyInstance, LegacyReader
+from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.timeconv import epoch_seconds_to_ms
+
+log = logging.getLogger("bridge.stops")
+RECONCILER = Actor(ActorType.RECONCILER)
+DEFAULT_WINDOW_S = 5
+GIVE_UP_S = 3600  # 2.x's database unreadable for this long after the end: its exit code decides
+RETRY_S = 5  # how soon a decision put off for an unreadable 2.x database is tried again
+BATCH = 64
+# runCron stamps the old row's finished_at, then spawns the next shell, whose begin second follows at once.
+REPLACEMENT_GAP_S = 5
+NEWER_ROWS_READ = 64  # 2.x rows read after the stopped one when looking for the cron's next start
+
+
+def run_key(cron_id: int | None, pid: int | None, log_path: str | None, started_at_s: float | None) -> str:
+    """The shadow Run key of a 2.x execution (the same one ShadowRecorder uses for its callbacks)."""
+    started = epoch_seconds_to_ms(started_at_s, field="started_at") if started_at_s else None
+    return f"legacy:{cron_id}:{pid}:{log_path_digest(log_path)}:{started}"
+
+
+def instance_of(reader: LegacyReader, cron_id: int, pid: int | None, log_ref: str | None,
+                started_at_ms: int | None, near_ms: int) -> LegacyInstance | None:
+    """The 2.x instance row of one execution: same cron and pid, same log digest, same begin second.
+
+    Looked up among the rows 2.x inserted around ``near_ms`` (when the shadow Run was created, just after 2.x
+    answered the start callback), never among a cron's newest rows only: the cron may have run any number of
+    times since. Duplicate start callbacks give 2.x duplicate rows, and its end closes them all; a row 2.x has
+    closed is the better evidence.
+    """
+    found = [instance for instance in reader.instances_inserted_near(cron_id, pid, near_ms)
+             if log_path_digest(instance.log_path) == log_ref and _started_ms(instance) == started_at_ms]
+    closed = [instance for instance in found if instance.status != InstanceStatus.RUNNING]
+    return (closed or found or [None])[0]
+
+
+def legacy_stop_code(reader: LegacyReader, instance: LegacyInstance) -> ErrorCode:
+    """Who stopped an instance 2.x shows stopped, when no stop went through the bridge (legacy-2x.md 5, 5.1)."""
+    if instance.finished_at is None and instance.exit_code is None:
+        return ErrorCode.LEGACY_BOOT_RESET  # initData sets status only
+    if replaced_by_next_run(reader, instance):
+        return ErrorCode.REPLACED_BY_NEXT_RUN
+    return ErrorCode.STOPPED_IN_LEGACY
+
+
+def replaced_by_next_run(reader: LegacyReader, instance: LegacyInstance) -> bool:
+    """runCron's single-instance check (``allow_multiple_instances === 0``) killed this execution: 2.x stamped
+    the row's finished_at, set the cron idle and started the next one, whose start callback inserted a newer
+    row of the same cron beginning within REPLACEMENT_GAP_S. Reads the cron and a page of newer rows by key."""
+    if instance.finished_at is None or instance.cron_id is None:
+        return False
+    cron = reader.get_cron(instance.cron_id)
+    if cron is None or cron.allow_multiple_instances is not False:
+        return False
+    finished = instance.finished_at
+    for later in islice(reader.iter_instances(after_id=instance.id, batch_size=NEWER_ROWS_READ), NEWER_ROWS_READ):
+        if later.cron_id == instance.cron_id and later.started_at is not None \
+                and finished - 1 <= later.started_at <= finished + REPLACEMENT_GAP_S:
+            return True
+    return False
+
+
+class StopDecisions:
+    """Keeps ends with a signal exit, applies relayed stops, and decides kept ends once their window is over.
+
+    Without a PendingEndStore nothing is kept (each end closes its Run at once) and relayed stops still apply.
+    """
+
+    def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, pending: PendingEndStore | None,
+                 clock: Clock, *, window_ms: int = DEFAULT_WINDOW_S * 1000) -> None:
+        self._recorder = recorder
+        self._reader = reader
+        self._pending = pending
+        self._clock = clock
+        self._window_ms = window_ms
+
+    @property
+    def pending(self) -> PendingEndStore | None:
+        return self._pending
+
+    def keep(self, facts: CallbackFacts, read_ahead: list[ActiveCandidate] | None = None) -> ShadowResult | None:
+        """Keep an end with a signal exit whose Run is open; None: close it the usual way, now."""
+        if self._pending is None or not is_signal_exit(facts.exit_code):
+            return None
+        run = self._recorder.deferrable_run(facts, read_ahead)
+        if run is None:
+            return None
+        self._pending.add(PendingEnd(facts, run.id, run.created_at_ms, facts.received_at_ms + self._window_ms))
+        return ShadowResult(Outcome.DEFERRED, run.id, run.origin)
+
+    def relayed_stop(self, cron_id: int, received_at_ms: int) -> list[ShadowResult]:
+        """2.x accepted ``PUT /crons/stop`` for this cron, which reached the bridge at ``received_at_ms``.
+
+        Ends kept since then are the stop's own kills; a Run whose end was kept before had ended already (2.x
+        closed its row on that end, and the stop's update passes it by): its kept end is decided on its own.
+        """
+        kept = self._pending.for_cron(cron_id, 0) if self._pending is not None else []
+        ended = [end for end in kept if end.facts.received_at_ms >= received_at_ms]
+        earlier = {end.run_id for end in kept if end.facts.received_at_ms < received_at_ms}
+        results = self._recorder.record_stop(cron_id, received_at_ms, ended, passed_over=earlier)
+        self._forget(ended)
+        return results
+
+    def relayed_instance_stop(self, instance_id: int, received_at_ms: int) -> list[ShadowResult]:
+        """2.x's stopInstance answered code 200 for ``instance_id``: its row is stopped; cancel its Run."""
+        found = next(islice(self._reader.iter_instances(after_id=instance_id - 1, batch_size=1), 1), None)
+        if found is None or found.id != instance_id or found.status != InstanceStatus.STOPPED or found.cron_id is None:
+            return []
+        identity = (found.pid, log_path_digest(found.log_path), _started_ms(found))
+        ended = [end for end in (self._pending.for_cron(found.cron_id, received_at_ms) if self._pending else [])
+                 if (end.facts.pid, end.facts.log_ref, end.facts.started_at_ms) == identity]
+        key = run_key(found.cron_id, found.pid, found.log_path, found.started_at)
+        results = self._recorder.record_instance_stop(key, received_at_ms, ended)
+        self._forget(ended)
+        return results
+
+    def decide_due(self, limit: int = BATCH) -> Counter[str]:
+        """Decide the kept ends whose window is over; returns how many closed each way (a stop code, ``exit``,
+        ``deferred:<state>``)."""
+        outcomes: Counter[str] = Counter()
+        if self._pending is None:
+            return outcomes
+        now = self._clock.now_ms()
+        for end in self._pending.due(now, limit):
+            try:
+                verdict = self.verdict(end)
+            except (LegacyDatabaseError, sqlite3.Error) as exc:
+                if now - end.facts.received_at_ms < GIVE_UP_S * 1000 and end.id is not None:
+                    self._pending.postpone(end.id, now + RETRY_S * 1000)
+                    outcomes[f"deferred:{_state(self._reader, exc)}"] += 1
+                    continue
+                verdict = EndVerdict(None, "legacy_unreadable")
+            self._recorder.close_kept_end(end, verdict)
+            self._forget([end])
+            outcomes[verdict.stop.value if verdict.stop else "exit"] += 1
+        if outcomes:
+            log.info("stop decisions: %s", dict(outcomes))
+        return outcomes
+
+    def verdict(self, end: PendingEnd) -> EndVerdict:
+        """What 2.x's instance row of the kept end's execution says (raises when 2.x's database does not read)."""
+        facts = end.facts
+        instance = instance_of(self._reader, facts.cron_id, facts.pid, facts.log_ref, facts.started_at_ms,
+                               end.run_created_at_ms)
+        if instance is not None and instance.status == InstanceStatus.STOPPED:
+            return EndVerdict(legacy_stop_code(self._reader, instance), "legacy_instance", RECONCILER)
+        return EndVerdict(None, "no_stop_evidence")
+
+    def _forget(self, ended: list[PendingEnd]) -> None:
+        if self._pending is not None and ended:
+            self._pending.remove([end.id for end in ended if end.id is not None])
+
+
+class StopDeciderThread:
+    """Runs ``decide_due`` every ``interval_s`` inside ``bridge serve`` until ``close()``."""
+
+    def __init__(self, decisions: StopDecisions, interval_s: float) -> None:
+        self._decisions = decisions
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._last_error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="bridge-stop-decider", daemon=True)
+
+    def start(self) -> StopDeciderThread:
+        self._thread.start()
+        return self
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        while True:
+            full = False
+            try:
+                full = sum(self._decisions.decide_due().values()) >= BATCH
+                self._last_error = None
+            except Exception as exc:  # noqa: BLE001 - the thread must survive; the rows wait for the next pass
+                kind = getattr(exc, "code", None) or type(exc).__name__
+                if kind != self._last_error:
+                    log.error("stop decisions failed: %s (will retry)", kind)  # no message: it may hold paths
+                self._last_error = kind
+            if self._stop.wait(0 if full else self._interval_s):
+                return
+
+
+def decider_interval_s(window_s: float) -> float:
+    """How often the decider looks for ends whose window is over: half the window, within 0.2..1 s."""
+    return max(0.2, min(1.0, window_s / 2))
+
+
+def _started_ms(instance: LegacyInstance) -> int | None:
+    return epoch_seconds_to_ms(instance.started_at, field="started_at") if instance.started_at else None
+
+
+def _state(reader: LegacyReader, exc: LegacyDatabaseError | sqlite3.Error) -> str:
+    return exc.reason if isinstance(exc, LegacyDatabaseError) else str(reader.state_of(exc))
