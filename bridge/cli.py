@@ -46,7 +46,7 @@ _SERVING = ("BRIDGE_LISTEN", "BRIDGE_LEGACY_URL", "BRIDGE_SHADOW_ORIGINS", "BRID
             "BRIDGE_FORWARD_TIMEOUT_S", "BRIDGE_WORKERS", "BRIDGE_THREADS", "BRIDGE_CONNECTION_LIMIT",
             "BRIDGE_IDLE_TIMEOUT_S", "BRIDGE_HEADERS_TIMEOUT_S", "BRIDGE_REQUEST_TIMEOUT_S", "BRIDGE_MAX_BODY_BYTES",
             "BRIDGE_CALLBACK_BODY_CAP_BYTES", "BRIDGE_DRAIN_TIMEOUT_S", "BRIDGE_RECONCILE_INTERVAL_S",
-            "BRIDGE_LOG_FORMAT")
+            "BRIDGE_STOP_DECISION_WINDOW_S", "BRIDGE_LOG_FORMAT")
 ENVIRONMENT: dict[str, tuple[str, ...]] = {
     "db upgrade": _STORE,
     "status": _STORE,
@@ -270,13 +270,15 @@ def serve() -> None:
 
     settings = _settings()
     configure_logging(settings.log_format, [ClientDataFilter()])  # one format for every line of the process
-    modes = _prepare_serving(settings)
+    modes, deferred = _prepare_serving(settings)
     logging.getLogger("bridge.cli").info("origins not off: %s", modes or "none (pure pass-through)")
-    run_server(settings, partial(build_container, schedule_reconciler=True))
+    run_server(settings, partial(build_container, schedule_reconciler=True, recovery_deferred=deferred))
 
 
-def _prepare_serving(settings: Settings) -> str:
-    """Before listening: the store is current and writable, flags are seeded once, unfinished Runs are checked."""
+def _prepare_serving(settings: Settings) -> tuple[str, bool]:
+    """Before listening: the store is current and writable, flags are seeded once, unfinished Runs are checked.
+
+    Returns the origins not off, and whether recovery left Runs for later (2.x's database did not read)."""
     import logging
 
     from bridge.bootstrap import build_flags, build_reconciler
@@ -297,12 +299,14 @@ def _prepare_serving(settings: Settings) -> str:
             # Serving anyway would record nothing while the flags say otherwise: a silent shadow gap.
             _fail(f"BRIDGE_LEGACY_DATA_DIR is not set, but the flags put {', '.join(recording)} in shadow or "
                   f"primary mode: set it to 2.x's data directory, or `{PROG} flags set <origin> off`")
+        deferred = False
         if settings.legacy_database_path is not None:
             reconciler = build_reconciler(settings, store, BridgeMetrics(), flags)  # validates 2.x's files
             outcomes = recover_on_startup(ReconcileStore(store.engine), store.runs, reconciler.reader)
+            deferred = any(outcome.startswith("deferred:") for outcome in outcomes)
             if outcomes:
                 logging.getLogger("bridge.cli").info("startup recovery: %s", dict(outcomes))
-        return ", ".join(f"{o}={m.value}" for o, m in flags.modes().items() if m.value != "off")
+        return ", ".join(f"{o}={m.value}" for o, m in flags.modes().items() if m.value != "off"), deferred
     finally:
         store.close()
 
