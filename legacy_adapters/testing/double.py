@@ -42,6 +42,8 @@ _MESSAGES_EN = {
     "暂无权限": "Access denied",
     "Token 已失效": "Token expired",
     "请先登录": "Please login first",
+    "实例不存在或已停止": "Instance does not exist or stopped",  # back/shared/i18n.ts
+    "实例已停止": "Instance stopped",
 }
 # config.apiWhiteList: these pass the token middleware without a token.
 _API_WHITE_LIST = frozenset({

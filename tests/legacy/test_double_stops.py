@@ -142,3 +142,13 @@ def test_boot_reset_stops_running_instances_without_finish_time_or_exit_code(
     assert [(r["status"], r["finished_at"] is None, r["exit_code"]) for r in legacy_dir.instance_rows(cron)] == [
         (1, False, 0), (2, True, None)]
     assert legacy_dir.cron_row(cron)["status"] == 1  # type: ignore[index]
+
+
+def test_stop_instance_answers_in_the_installs_language_as_2xs_t_does(legacy_dir: LegacyDataDir) -> None:
+    with Legacy2xDouble(legacy_dir, panel_token=PANEL_JWT, lang="en") as english, \
+            httpx.Client(base_url=english.url, timeout=10) as client:
+        headers = {"Authorization": f"Bearer {PANEL_JWT}"}
+        missing = client.post("/api/crons/1/instances/999999/stop", headers=headers)
+
+        assert (missing.status_code, missing.json()) == (200, {"code": 400,
+                                                               "message": "Instance does not exist or stopped"})
