@@ -13,6 +13,8 @@ from typing import Protocol, TypeVar
 from bridge.domain.aggregate import ChangeSet
 from bridge.domain.events import RunEvent
 from bridge.domain.model import Mode, Run, RunAttempt
+from bridge.domain.step_run import StepRun
+from bridge.domain.step_run_mutation import MutationRecord, MutationResult, StepRunMutation
 
 T = TypeVar("T")
 
@@ -185,3 +187,48 @@ class NullMetrics:
 
     def events_appended(self, events: Sequence[RunEvent]) -> None:
         return None
+
+
+# --- StepRuns (ADR-0156) -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StepRunPage:
+    """A keyset page of a Run's StepRuns, oldest first by (created_at_ms, id)."""
+
+    step_runs: tuple[StepRun, ...]
+    next_after: tuple[int, str] | None  # (created_at_ms, id) to pass back as ``after``; None on the last page
+
+
+class StepRunReader(Protocol):
+    """Read-only StepRun views: what the v3 API and reports may hold (no write access)."""
+
+    def get(self, step_run_id: str) -> StepRun | None:
+        """The StepRun as stored now. Raises StepRunIntegrityError if its record fails its digest."""
+        ...
+
+    def page(self, run_id: str, after: tuple[int, str] | None, limit: int) -> StepRunPage:
+        """At most ``limit`` StepRuns of the Run strictly after ``after``. Raises RunNotFoundError."""
+        ...
+
+
+class StepRunRepository(StepRunReader, Protocol):
+    """The StepRun storage capability (ADR-0156 §4): mutate with replay, get, get a mutation, keyset pages. Nothing
+    else: no execute API, no delete, no update outside a mutation."""
+
+    def mutate(self, command: StepRunMutation, *, at_ms: int, new_id: Callable[[], str]) -> MutationResult:
+        """One short transaction, in MUTATION_STEPS order: serialise on the Run; return the committed result of an
+        exact replay of ``command.mutation_id`` (``applied`` False, nothing written); check the fence and refuse a
+        terminal Run; create or compare-and-set the StepRun; advance the Run's version and Event sequence by one;
+        append the step_run.* RunEvent; append the ledger row; commit, and only then return ``applied``.
+
+        Raises StepRunValidationError before any transaction; RunNotFoundError; StepMutationConflictError (the
+        mutation id names another request); RunFenceConflictError (a RUN_VERSION_CONFLICT); RunTerminalError;
+        StepRunLimitError; StepRunNotFoundError; StepRunVersionConflictError; InvalidStepRunTransitionError;
+        StepAttemptLimitError; StoreBusyError / StoreUnavailableError / StorageError. Every refusal writes nothing.
+        """
+        ...
+
+    def get_mutation(self, mutation_id: str) -> MutationRecord | None:
+        """The ledger row of a committed mutation, or None."""
+        ...

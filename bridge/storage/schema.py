@@ -12,6 +12,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -24,6 +25,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import sqlite
 
 from bridge.domain.model import RUN_ACTIVE, AttemptStatus, RunStatus
+from bridge.domain.step_run import RECORD_KEYS as STEP_RUN_RECORD_KEYS
+from bridge.domain.step_run import SCHEMA_ID as STEP_RUN_SCHEMA_ID
+from bridge.domain.step_run import STEP_ATTEMPT_LIMIT, StepRunKind, StepRunStatus
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_N_label)s",
@@ -173,6 +177,95 @@ run_events_table = Table(
           postgresql_where=Column("dedupe_key").isnot(None)),
     Index("ix_run_events_type_created", "type", "created_at_ms"),
 )
+
+# StepRuns (ADR-0156): every field of the qinglong/step-run@v1 record is a column, and the record's canonical JSON
+# is kept whole beside them. One CHECK per dialect binds the JSON to the columns both ways: on SQLite the JSON
+# must be byte for byte what json_object makes of the columns (its output is canonical JSON: sorted keys given
+# in order, no whitespace, UTF-8 kept), on PostgreSQL it must be the same JSON value as jsonb_build_object's.
+STEP_RUN_MIRROR = tuple(("schema_id" if key == "schema" else key, key) for key in sorted(STEP_RUN_RECORD_KEYS))
+
+
+def _json_object(function: str) -> str:
+    return "{}({})".format(function, ", ".join(f"'{key}', {column}" for column, key in STEP_RUN_MIRROR))
+
+
+STEP_RUN_RECORD_CHECK = {
+    "sqlite": f"record = {_json_object('json_object')}",
+    "postgresql": f"record::jsonb = {_json_object('jsonb_build_object')}",
+}
+STEP_RUN_LEDGER_CHECK = {
+    "sqlite": ("json_valid(result_record) AND json_extract(result_record, '$.id') = step_run_id "
+               "AND json_extract(result_record, '$.run_id') = run_id "
+               "AND json_extract(result_record, '$.version') = step_run_version"),
+    "postgresql": ("(result_record::jsonb ->> 'id') = step_run_id AND (result_record::jsonb ->> 'run_id') = run_id "
+                   "AND (result_record::jsonb ->> 'version')::bigint = step_run_version"),
+}
+
+
+def _per_dialect(name: str, texts: dict[str, str]) -> list[CheckConstraint]:
+    return [CheckConstraint(text_, name=name).ddl_if(dialect=dialect) for dialect, text_ in texts.items()]
+
+
+step_runs_table = Table(
+    "step_runs", metadata,
+    Column("id", String(36), primary_key=True),  # UUIDv7, the identity; step_key is only a display name
+    Column("run_id", String(36), ForeignKey("runs.id"), nullable=False),
+    Column("step_key", String(128), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(24), nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("attempt_count", Integer, nullable=False),
+    Column("input_ref", String(64)),
+    Column("output_ref", String(64)),
+    Column("error_code", String(64)),
+    Column("created_at_ms", Ms, nullable=False),
+    Column("updated_at_ms", Ms, nullable=False),
+    Column("started_at_ms", Ms),
+    Column("finished_at_ms", Ms),
+    Column("digest", String(64), nullable=False),
+    Column("schema_id", String(32), nullable=False),
+    Column("record", Text, nullable=False),
+    UniqueConstraint("run_id", "id"),  # what the same-Run references of attempts, events and the ledger point at
+    CheckConstraint("version >= 0", name="version_nonnegative"),
+    CheckConstraint(f"attempt_count BETWEEN 0 AND {STEP_ATTEMPT_LIMIT}", name="attempt_count_limited"),
+    CheckConstraint(f"schema_id = '{STEP_RUN_SCHEMA_ID}'", name="schema_known"),
+    _status_check("status_known", [s.value for s in StepRunStatus]),
+    CheckConstraint("kind IN ({})".format(", ".join(f"'{k.value}'" for k in StepRunKind)), name="kind_known"),
+    *_per_dialect("record_mirrors", STEP_RUN_RECORD_CHECK),
+    Index("ix_step_runs_run_created", "run_id", "created_at_ms", "id"),  # keyset pages of a Run's StepRuns
+)
+
+# The mutation ledger: append-only (a trigger on each store, and privileges on PostgreSQL). Each row is the
+# request's digest, the StepRun as that mutation committed it, and the Run's version and Event sequence after.
+step_run_mutations_table = Table(
+    "step_run_mutations", metadata,
+    Column("mutation_id", String(128), primary_key=True),
+    Column("op", String(16), nullable=False),
+    Column("run_id", String(36), nullable=False),
+    Column("step_run_id", String(36), nullable=False),
+    Column("request_digest", String(64), nullable=False),
+    Column("result_record", Text, nullable=False),
+    Column("step_run_version", BigInteger, nullable=False),
+    Column("run_version", BigInteger, nullable=False),
+    Column("event_sequence", BigInteger, nullable=False),
+    Column("event_id", String(36), nullable=False),
+    Column("created_at_ms", Ms, nullable=False),
+    ForeignKeyConstraint(["run_id", "step_run_id"], ["step_runs.run_id", "step_runs.id"]),
+    ForeignKeyConstraint(["run_id", "event_sequence"], ["run_events.run_id", "run_events.sequence"]),
+    UniqueConstraint("run_id", "event_sequence"),
+    CheckConstraint("op IN ('create', 'transition')", name="op_known"),
+    *_per_dialect("result_mirrors", STEP_RUN_LEDGER_CHECK),
+)
+
+# PostgreSQL refuses an Attempt or Event naming a StepRun of another Run with composite foreign keys; SQLite does
+# it with triggers (revision 0011), which also hold when a connection leaves PRAGMA foreign_keys off. Marked
+# "dialects" so the Alembic check compares them only where they exist (migrations/env.py).
+for _referring in (run_attempts_table, run_events_table):
+    _referring.append_constraint(ForeignKeyConstraint(
+        ["run_id", "step_run_id"], ["step_runs.run_id", "step_runs.id"],
+        name=f"fk_{_referring.name}_step_run_same_run", info={"dialects": ("postgresql",)},
+    ).ddl_if(dialect="postgresql"))
+
 
 # One row per task revision, so history survives a deleted or edited 2.x cron.
 task_snapshots_table = Table(
