@@ -111,7 +111,9 @@ class SqlStepRunRepository:
         # The unit of work hands the work its Connection itself (the transaction object of this repository).
         factory = cast(Any, lambda conn: conn)
         self._uow = SqlUnitOfWork(engine, busy_budget_ms=busy_budget_ms, outcomes=outcomes, store_factory=factory)
-        self._begin = _PG_BEGIN if engine.dialect.name == "postgresql" else []
+        # Capability: PostgreSQL runs mutations SERIALIZABLE and may fail one to retry; SQLite has one writer.
+        self.serializable = engine.dialect.name == "postgresql"
+        self._begin = _PG_BEGIN if self.serializable else []
         self._checkpoint = checkpoint or _nothing
         self.serialization_retries = 0  # how many times a mutation ran again; for tests and diagnostics
 
