@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 ContainerFactory = Callable[[Settings], "Container"]
 log = logging.getLogger("bridge.server")
 LOOP_TICK_S = 0.2  # how soon the event loop notices a stop request
+BUFFER_BYTES = 64 * 1024
 
 
 def waitress_options(settings: Settings) -> dict[str, Any]:
@@ -48,8 +49,10 @@ def waitress_options(settings: Settings) -> dict[str, Any]:
         "cleanup_interval": 1,  # how often idle and overdue connections are looked for
         "max_request_header_size": HEADER_LIMIT_BYTES,
         "max_request_body_size": settings.max_body_bytes,
-        "inbuf_overflow": 512 * 1024,  # a body over this waits in a temporary file, not in memory
-        "outbuf_overflow": 1024 * 1024,
+        # What one connection may hold in memory: its headers (HEADER_LIMIT_BYTES) and BUFFER_BYTES of body
+        # on the way in and of answer on the way out; anything more waits in a temporary file.
+        "inbuf_overflow": BUFFER_BYTES,
+        "outbuf_overflow": BUFFER_BYTES,
         "asyncore_use_poll": True,  # select() stops at 1,024 descriptors
         "asyncore_loop_timeout": LOOP_TICK_S,
         "expose_tracebacks": False,
