@@ -467,5 +467,39 @@ def doctor() -> None:
     if any(check.verdict == "fail" for check in checks):
         sys.exit(1)
 
+
+ENVIRONMENT["db roles"] = _STORE
+
+
+@db.command("roles")
+@click.option("--runtime", "runtime", default="ql_bridge_runtime", show_default=True,
+              help="The role `serve` connects as.")
+@click.option("--reader", "reader", default="ql_bridge_reader", show_default=True,
+              help="The read-only role for reports and the v3 API.")
+def db_roles(runtime: str, reader: str) -> None:
+    """PostgreSQL: create or update the least-privilege roles (run it as the owner of the bridge's tables).
+
+    RUNTIME may read and write what `serve` writes, but StepRuns are never deleted, and the StepRun mutation ledger
+    and run_events are append-only; READER may only read. Neither may change the schema. New roles can log in but
+    have no password: set one with ALTER ROLE, or authenticate them in pg_hba.conf."""
+    from bridge.storage.roles import apply_roles
+
+    settings = _settings()
+    store = _current_store(settings)
+    try:
+        if store.engine.dialect.name != "postgresql":
+            _fail("db roles: a SQLite store has no roles; who may write it is the file's permissions")
+        try:
+            granted = apply_roles(store.engine, runtime=runtime, reader=reader)
+        except ValueError as exc:
+            _fail(f"db roles: {exc}")
+    finally:
+        store.close()
+    for grant in granted:
+        click.echo(f"{grant.role} ({'created' if grant.created else 'updated'}):")
+        for table, privileges in grant.privileges.items():
+            click.echo(f"  {table}: {', '.join(privileges)}")
+
+
 if __name__ == "__main__":
     main()
