@@ -1,4 +1,5 @@
-"""The read-only v3 API: GET /v3/runs, /v3/runs/<id> and /v3/runs/<id>/events (DESIGN.md section 8).
+"""The read-only v3 API: GET /v3/runs, /v3/runs/<id>, /v3/runs/<id>/events (DESIGN.md section 8) and
+/v3/runs/<id>/step-runs (ADR-0156).
 
 Authorised exactly as 2.x authorises ``/open/crons`` (an App token with the ``crons`` scope, from 2.x's keyv
 cache), and a refusal is 2.x's own 401 body. Nothing under /v3 is ever forwarded to 2.x.
@@ -14,14 +15,18 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import BaseConverter
 
 from bridge.domain.errors import StoreUnavailableError
+from bridge.service.ports import StepRunReader
 from bridge.service.queries import RunQueries, parse_event_query, parse_run_list_query
+from bridge.service.step_run_queries import parse_step_run_query, step_runs_page_view
 from bridge.storage.queries import SqlRunQueries
+from bridge.storage.step_run_queries import SqlStepRunReader
 from bridge.web import current_container
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
 
 AUTHORITY = "bridge.v3.authority"
 QUERIES = "bridge.v3.queries"
+STEP_RUN_READER = "bridge.v3.step_run_reader"
 # The path 2.x would check: its scope regex takes the first segment after /open/, here "crons".
 SCOPE_PATH = "/open/crons"
 READ_METHODS = ("GET", "HEAD")
@@ -83,6 +88,13 @@ def list_events(run_id: str) -> Response:
     return jsonify(run_queries().list_events(run_id, after, limit).to_json())
 
 
+@api_v3.route("/runs/<run_id>/step-runs", **_READ)
+def list_step_runs(run_id: str) -> Response:
+    """A Run's StepRuns (ADR-0156), oldest first, in keyset pages: read-only, no mutation is reachable here."""
+    after, limit = parse_step_run_query(request.args.to_dict(flat=False))
+    return jsonify(step_runs_page_view(run_id, step_run_reader().page(run_id, after, limit)))
+
+
 # Two views rather than one with defaults: Werkzeug would redirect /v3/ to the rule whose defaults match.
 @api_v3.route("", **_ANY)
 def root() -> Response:
@@ -116,3 +128,14 @@ def run_queries() -> RunQueries:
             raise StoreUnavailableError("the bridge store is disabled, so there are no runs to show")
         queries = current_app.extensions.setdefault(QUERIES, SqlRunQueries(store.engine))
     return queries  # type: ignore[no-any-return]
+
+
+def step_run_reader() -> StepRunReader:
+    """The app's one SqlStepRunReader (it cannot write). Raises StoreUnavailableError without a store."""
+    reader = current_app.extensions.get(STEP_RUN_READER)
+    if reader is None:
+        store = current_container().store
+        if store is None:
+            raise StoreUnavailableError("the bridge store is disabled, so there are no step runs to show")
+        reader = current_app.extensions.setdefault(STEP_RUN_READER, SqlStepRunReader(store.engine))
+    return reader  # type: ignore[no-any-return]

@@ -45,6 +45,17 @@ ERROR_STATUS: Mapping[str, int] = MappingProxyType({
     "SCHEMA_MISMATCH": 503,  # the store needs `bridge db upgrade`; nothing the caller did wrong
     "STORAGE_ERROR": 500,
     "BRIDGE_ERROR": 500,
+    # StepRuns (ADR-0156). The web layer only lists them (v3); the mutation codes are mapped for the guard test and
+    # for any later endpoint, as the Run's are.
+    "STEP_RUN_NOT_FOUND": 404,
+    "STEP_RUN_INVALID": 422,
+    "INVALID_STEP_RUN_TRANSITION": 409,
+    "STEP_RUN_VERSION_CONFLICT": 409,
+    "STEP_MUTATION_CONFLICT": 409,
+    "STEP_RUN_LIMIT_REACHED": 409,
+    "STEP_ATTEMPT_LIMIT_REACHED": 409,
+    "RUN_TERMINAL": 409,
+    "STEP_RUN_INTEGRITY": 500,  # a stored record fails its digest: the store was edited by hand
 })
 INTERNAL_ERROR = "INTERNAL_ERROR"
 
