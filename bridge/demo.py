@@ -258,7 +258,7 @@ def run_demo(workdir: Path, console: Console) -> None:
     console.print(table)
     console.print(f"{sum(events.values())} events; {events.get('attempt.late_callback_ignored', 0)} late callbacks "
                   f"ignored; {mismatches} unplaced callbacks kept as mismatch rows.")
-    failed = [line for line in metrics.splitlines() if line.startswith("shadow_write_failed_total{")]
+    failed = [line for line in metrics.splitlines() if line.startswith("ql_bridge_shadow_write_failed_total{")]
     console.print(f"shadow write failures: {len(failed) and sum(float(x.rsplit(' ', 1)[1]) for x in failed):g}")
     console.print(f"Cutover report: {report_paths[1]} (and {report_paths[0].name}); with this little traffic every "
                   "gate says insufficient data, as it should.")

@@ -1,24 +1,41 @@
 """BridgeMetrics: the Prometheus metrics of DESIGN.md section 9 on a registry owned by one app.
 
-Labels are bounded by construction: every label value passes through an allowlist, so a cron id, run
-id, command or user can never become a label (anything unknown is reported as "other").
+Every name starts with `ql_bridge_` (process and platform collectors included); counters end in `_total`
+and timings are in seconds. Labels are bounded by construction: every label value passes through an
+allowlist, so a cron id, run id, command or user can never become a label (anything unknown is reported as
+"other").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from bridge.domain.events import EventType, RunEvent
 from bridge.domain.model import AttemptStatus, Mode, Origin, RunStatus
 from legacy_adapters.reader import DatabaseState
 
+PREFIX = "ql_bridge_"
+NAMESPACE = PREFIX.rstrip("_")
 _STATUSES = frozenset(s.value for s in RunStatus) | frozenset(s.value for s in AttemptStatus)
-_ORIGINS = frozenset(o.value for o in Origin) | {"unknown"}
+ORIGINS = frozenset(o.value for o in Origin) | {"unknown"}
 _EVENT_TYPES = frozenset(t.value for t in EventType)
 _RESULTS = frozenset({"ok", "conflict", "invalid", "error", "recorded", "duplicate", "parked", "applied",
                       "retried", "failed", "skipped", "locked"})
+RECONCILE_RESULTS = ("ok", "failed", "locked")
+PROJECTION_RESULTS = ("applied", "retried", "parked", "failed")
 _ERRORS = frozenset({"timeout", "overload", "store_busy", "store_unavailable", "conflict", "invalid", "internal",
                      "legacy_unreadable"})
 _COMMANDS = frozenset({"create_run", "transition_run", "create_attempt", "transition_attempt", "request_cancel",
@@ -29,10 +46,36 @@ _MODES = frozenset(m.value for m in Mode)
 _CALLBACK_PATHS = frozenset({"/open/crons/status", "/api/crons/status", "/open/crons/stop", "/api/crons/stop"})
 _LEGACY_STATES = frozenset(s.value for s in DatabaseState) - {DatabaseState.OK.value}
 _LEGACY_USES = frozenset({"shadow", "projection", "recovery"})
+ONE_PROCESS_HELP = (
+    "Always 1; names this bridge's version. Every counter and histogram here is this one process's own "
+    "since it started (ql-bridge serve is one process, waitress threads), reset by a restart. "
+    "Two processes behind one address would answer scrapes in turn and their counters would disagree: "
+    "scrape each process as its own target and tell them apart by process_start_time_seconds."
+)
 
 
 def bounded(value: str | None, allowed: Iterable[str]) -> str:
     return value if value is not None and value in allowed else "other"
+
+
+def _package_version() -> str:
+    try:
+        return version("ql-bridge")
+    except PackageNotFoundError:  # pragma: no cover - run from a tree that was never installed
+        return "unknown"
+
+
+class _Prefixed:
+    """A prometheus_client collector whose fixed names (PlatformCollector's `python_info`) get our prefix."""
+
+    def __init__(self, collector: Collector) -> None:
+        self._collector = collector
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._collector.collect():
+            renamed = Metric(PREFIX + metric.name, metric.documentation, metric.type, metric.unit)
+            renamed.samples = [s._replace(name=PREFIX + s.name) for s in metric.samples]
+            yield renamed
 
 
 class BridgeMetrics:
@@ -41,30 +84,41 @@ class BridgeMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         disable_created_metrics()  # the *_created series double the output and help no alert
         self.registry = registry or CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self._transition = Counter("run_transition_total", "Run/Attempt status changes", ["from", "to", "result"],
-                                   registry=r)
-        self._conflict = Counter("run_transition_conflict_total", "Compare-and-set misses", ["command"], registry=r)
-        self._event = Counter("run_event_append_total", "Events appended", ["type"], registry=r)
-        self._shadow_created = Counter("shadow_run_create_total", "Shadow Runs created", ["origin"], registry=r)
-        self._shadow_failed = Counter("shadow_write_failed_total", "Shadow writes that failed or overran",
+        r, p = self.registry, PREFIX
+        self._transition = Counter(p + "run_transition_total", "Run/Attempt status changes",
+                                   ["from", "to", "result"], registry=r)
+        self._conflict = Counter(p + "run_transition_conflict_total", "Compare-and-set misses", ["command"],
+                                 registry=r)
+        self._event = Counter(p + "run_event_append_total", "Events appended", ["type"], registry=r)
+        self._shadow_created = Counter(p + "shadow_run_create_total", "Shadow Runs created", ["origin"], registry=r)
+        self._shadow_failed = Counter(p + "shadow_write_failed_total", "Shadow writes that failed or overran",
                                       ["origin", "error"], registry=r)
-        self._unmatched = Counter("shadow_callback_unmatched_total", "Callbacks with no or several candidates",
+        self._unmatched = Counter(p + "shadow_callback_unmatched_total", "Callbacks with no or several candidates",
                                   ["origin", "kind"], registry=r)
-        self._late = Counter("attempt_late_callback_total", "Callbacks for a terminal attempt", ["type"], registry=r)
-        self._proj_mismatch = Counter("run_projection_mismatch_total", "2.x vs Run disagreements",
+        self._late = Counter(p + "attempt_late_callback_total", "Callbacks for a terminal attempt", ["type"],
+                             registry=r)
+        self._proj_mismatch = Counter(p + "run_projection_mismatch_total", "2.x vs Run disagreements",
                                       ["projection"], registry=r)
-        self._proj_retry = Counter("projection_retry_total", "Projection attempts", ["result"], registry=r)
-        self._reconcile = Counter("reconcile_total", "Reconciler runs", ["result"], registry=r)
-        self._callbacks = Counter("legacy_callback_total", "Status callbacks seen", ["kind", "mode"], registry=r)
-        self._oversize = Counter("callback_body_oversize_total", "Status callbacks over the body cap: forwarded "
+        self._proj_retry = Counter(p + "projection_retry_total", "Projection attempts, by outcome", ["result"],
+                                   registry=r)
+        self._reconcile = Counter(p + "reconcile_total", "Reconcile passes, by outcome", ["result"], registry=r)
+        self._callbacks = Counter(p + "legacy_callback_total", "Status callbacks seen", ["kind", "mode"], registry=r)
+        self._oversize = Counter(p + "callback_body_oversize_total", "Status callbacks over the body cap: forwarded "
                                  "to 2.x, neither parsed nor recorded", ["path"], registry=r)
-        self._legacy_db = Counter("legacy_database_unavailable_total", "Reads or writes of 2.x's database that met it "
-                                  "locked, hot-journaled, missing, damaged or foreign", ["state", "use"], registry=r)
-        self.forward_seconds = Histogram("bridge_forward_seconds", "Time to forward a request to 2.x",
+        self._legacy_db = Counter(p + "legacy_database_unavailable_total", "Reads or writes of 2.x's database that "
+                                  "met it locked, hot-journaled, missing, damaged or foreign", ["state", "use"],
+                                  registry=r)
+        self.forward_seconds = Histogram(p + "forward_seconds", "Time to forward a request to 2.x",
                                          registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1, 5))
-        self.shadow_write_seconds = Histogram("shadow_write_seconds", "Time of one shadow write", registry=r,
+        self.shadow_write_seconds = Histogram(p + "shadow_write_seconds", "Time of one shadow write", registry=r,
                                               buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))
+        Gauge(p + "info", ONE_PROCESS_HELP, ["version"], registry=r).labels(_package_version()).set(1)
+        ProcessCollector(namespace=NAMESPACE, registry=r)  # RSS, CPU, open fds, start time (Linux /proc)
+        r.register(_Prefixed(PlatformCollector(registry=None)))
+        for result in RECONCILE_RESULTS:  # known outcomes exist from the start: rate() and alerts see a 0
+            self._reconcile.labels(result)
+        for result in PROJECTION_RESULTS:
+            self._proj_retry.labels(result)
 
     # ServiceMetrics port
     def transition(self, from_status: str, to_status: str, result: str) -> None:
@@ -80,13 +134,13 @@ class BridgeMetrics:
 
     # Shadow path
     def shadow_run_created(self, origin: str | None) -> None:
-        self._shadow_created.labels(bounded(origin, _ORIGINS)).inc()
+        self._shadow_created.labels(bounded(origin, ORIGINS)).inc()
 
     def shadow_write_failed(self, origin: str | None, error: str) -> None:
-        self._shadow_failed.labels(bounded(origin, _ORIGINS), bounded(error, _ERRORS)).inc()
+        self._shadow_failed.labels(bounded(origin, ORIGINS), bounded(error, _ERRORS)).inc()
 
     def callback_unmatched(self, origin: str | None, kind: str) -> None:
-        self._unmatched.labels(bounded(origin, _ORIGINS), bounded(kind, _KINDS)).inc()
+        self._unmatched.labels(bounded(origin, ORIGINS), bounded(kind, _KINDS)).inc()
 
     def late_callback(self, type_: str) -> None:
         self._late.labels(bounded(type_, _KINDS)).inc()

@@ -355,7 +355,7 @@ def _standard_notes(excluded: int) -> list[str]:
         "subscription and system executions carry no cron ID and send no status callback: not observable.",
         "Open mismatch counts, duplicates and stuck runs are the reconciler's open rows at report time.",
         "shadow_write_failures counts compat.shadow_write_failed events; failures that left no Run appear only "
-        "in the shadow_write_failed_total metric.",
+        "in the ql_bridge_shadow_write_failed_total metric.",
     ]
     if excluded:
         notes.append(f"{excluded} instance(s) matched Runs imported from 2.x history (mode legacy_import) and "

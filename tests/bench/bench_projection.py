@@ -204,8 +204,8 @@ def scenario(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, An
     result = {
         "name": name, "executions": load.started, "rows": len(found["all"]), "drained": drained, "wall_s": wall,
         "lags": found, "behind_ms": load.behind_ms, "noise": dict(noise), "check": check_legacy(legacy, crons, load),
-        "retried": metrics.value("projection_retry_total", result="retried"),
-        "parked": metrics.value("projection_retry_total", result="parked"),
+        "retried": metrics.value("ql_bridge_projection_retry_total", result="retried"),
+        "parked": metrics.value("ql_bridge_projection_retry_total", result="parked"),
         "passes": thread.passes,
     }
     engine.dispose()

@@ -857,13 +857,14 @@ def rss_phase(res: Results, bridge: BridgeHandle, token: str, work: Workload, do
         def delta(name: str, **labels: str) -> float:
             return metric_sum(m, name, **labels) - metric_sum(m0, name, **labels)
 
-        write_ms = 1000 * delta("shadow_write_seconds_sum") / max(1.0, delta("shadow_write_seconds_count"))
-        fwd_ms = 1000 * delta("bridge_forward_seconds_sum") / max(1.0, delta("bridge_forward_seconds_count"))
+        write_ms = (1000 * delta("ql_bridge_shadow_write_seconds_sum")
+                    / max(1.0, delta("ql_bridge_shadow_write_seconds_count")))
+        fwd_ms = 1000 * delta("ql_bridge_forward_seconds_sum") / max(1.0, delta("ql_bridge_forward_seconds_count"))
         rate = (done - last["done"]) / max(1e-9, elapsed - last["elapsed"])
         last.update(done=done, elapsed=elapsed, metrics=m)
         console.print(f"  {done:>7,} / {args.rss_callbacks:,} callbacks {elapsed:6.1f} s | last {PROGRESS_EVERY:,}: "
                       f"{rate:4.0f} cb/s, shadow write {write_ms:5.2f} ms, forward {fwd_ms:5.2f} ms, "
-                      f"{delta('shadow_write_failed_total', error='timeout'):.0f} over budget | VmRSS "
+                      f"{delta('ql_bridge_shadow_write_failed_total', error='timeout'):.0f} over budget | VmRSS "
                       f"{now / 1024:6.1f} MiB ({(now - rss['warm']['VmRSS']) / 1024:+.1f}), "
                       f"{now_sample['Threads']} threads, {now_sample['StoreConns']} store conns | {load_avg()}")
 
@@ -927,19 +928,21 @@ def report(res: Results) -> None:
         table.add_row(label, *[fn(m) if m else "-" for m in phases])
 
     def failed_otherwise(m: dict[str, float]) -> float:
-        return metric_sum(m, "shadow_write_failed_total") - metric_sum(m, "shadow_write_failed_total", error="timeout")
+        failed = "ql_bridge_shadow_write_failed_total"
+        return metric_sum(m, failed) - metric_sum(m, failed, error="timeout")
 
     def mean_ms(m: dict[str, float], name: str) -> str:
         return ms(1000 * metric_sum(m, f"{name}_sum") / max(1.0, metric_sum(m, f"{name}_count")))
 
-    row("shadow runs created", lambda m: f"{metric_sum(m, 'shadow_run_create_total'):,.0f}")
+    row("shadow runs created", lambda m: f"{metric_sum(m, 'ql_bridge_shadow_run_create_total'):,.0f}")
     row("shadow writes over budget (timeout)",
-        lambda m: f"{metric_sum(m, 'shadow_write_failed_total', error='timeout'):,.0f}")
+        lambda m: f"{metric_sum(m, 'ql_bridge_shadow_write_failed_total', error='timeout'):,.0f}")
     row("shadow writes failed otherwise", lambda m: f"{failed_otherwise(m):,.0f}")
-    row("unmatched / ambiguous callbacks", lambda m: f"{metric_sum(m, 'shadow_callback_unmatched_total'):,.0f}")
-    row("late callbacks", lambda m: f"{metric_sum(m, 'attempt_late_callback_total'):,.0f}")
-    row("shadow write mean ms", lambda m: mean_ms(m, "shadow_write_seconds"))
-    row("forward to 2.x mean ms", lambda m: mean_ms(m, "bridge_forward_seconds"))
+    row("unmatched / ambiguous callbacks",
+        lambda m: f"{metric_sum(m, 'ql_bridge_shadow_callback_unmatched_total'):,.0f}")
+    row("late callbacks", lambda m: f"{metric_sum(m, 'ql_bridge_attempt_late_callback_total'):,.0f}")
+    row("shadow write mean ms", lambda m: mean_ms(m, "ql_bridge_shadow_write_seconds"))
+    row("forward to 2.x mean ms", lambda m: mean_ms(m, "ql_bridge_forward_seconds"))
     console.print(table)
 
     if res.store is not None and res.pass_store is not None:

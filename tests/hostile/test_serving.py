@@ -157,7 +157,7 @@ def test_four_concurrent_25_mib_status_bodies_stay_within_the_memory_bound(site:
     assert still_answering
     assert growth_mib < 96, f"RSS grew by {growth_mib:.0f} MiB"
     metrics = httpx.get(f"{site.url}/metrics", timeout=5).text
-    assert 'callback_body_oversize_total{path="/open/crons/status"} 4.0' in metrics
+    assert 'ql_bridge_callback_body_oversize_total{path="/open/crons/status"} 4.0' in metrics
     engine = site.store_engine()
     try:
         with engine.connect() as conn:

@@ -73,7 +73,7 @@ class World:
         return run.status.value, run.synthesized
 
     def unavailable(self, state: str, use: str = "shadow") -> float:
-        return self.metrics.value("legacy_database_unavailable_total", state=state, use=use)
+        return self.metrics.value("ql_bridge_legacy_database_unavailable_total", state=state, use=use)
 
 
 @pytest.fixture

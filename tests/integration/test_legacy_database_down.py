@@ -35,7 +35,7 @@ def test_a_start_read_against_a_hot_journal_is_forwarded_named_counted_and_back_
     with caplog.at_level(logging.WARNING, logger="bridge.shadow"):
         assert world.via_bridge(start(cron, 41, "h.log")) == 200  # forwarded: 2.x's own write rolls it back
     assert world.unavailable("hot_journal") == 1
-    assert world.metrics.value("shadow_write_failed_total", origin="other", error="legacy_unreadable") == 1
+    assert world.metrics.value("ql_bridge_shadow_write_failed_total", origin="other", error="legacy_unreadable") == 1
     assert any("hot_journal" in r.getMessage() for r in caplog.records)
     assert world.run(cron, 41, "h.log") is None  # nothing guessed at the start
 
@@ -168,7 +168,7 @@ def test_a_cold_bridge_serve_starts_and_forwards_in_front_of_a_hot_journal(tmp_p
             assert shell.status(cron, 0, 51, "s.log", BEGIN) == 200
             assert shell.status(cron, 1, 51, "s.log", BEGIN, 3, 0) == 200
             body = client.get("/metrics").text
-            assert 'legacy_database_unavailable_total{state="hot_journal",use="shadow"} 1.0' in body
+            assert 'ql_bridge_legacy_database_unavailable_total{state="hot_journal",use="shadow"} 1.0' in body
             assert shell.status(cron, 0, 52, "s2.log", BEGIN) == 200
         assert not journal.exists()
     engine = make_engine(database_url)

@@ -149,7 +149,7 @@ def test_metrics_labels_never_carry_ids_or_commands(site: tuple[Site, Legacy2xDo
     labels = " ".join(re.findall(r"\{([^}]*)\}", body))
     for forbidden in (str(run["id"]), "secret_job", "99999", "777", s.data.system_token):
         assert forbidden not in labels
-    assert 'shadow_run_create_total{origin="scheduled_system"} 1.0' in body
+    assert 'ql_bridge_shadow_run_create_total{origin="scheduled_system"} 1.0' in body
 
 
 def wait_for(check, timeout_s: float = 10.0):  # type: ignore[no-untyped-def]

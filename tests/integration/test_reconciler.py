@@ -347,11 +347,11 @@ def test_a_start_whose_crontabs_row_2x_kept_locked_is_counted_as_such_and_back_f
     interceptor.after_forward(prepared, world.direct(start(c, 31, "u.log")))
 
     def failed(error: str) -> float:
-        return metrics.registry.get_sample_value("shadow_write_failed_total",
+        return metrics.registry.get_sample_value("ql_bridge_shadow_write_failed_total",
                                                  {"origin": "other", "error": error}) or 0.0
 
     assert failed("legacy_unreadable") == 1.0
-    assert (metrics.registry.get_sample_value("shadow_callback_unmatched_total",
+    assert (metrics.registry.get_sample_value("ql_bridge_shadow_callback_unmatched_total",
                                               {"origin": "other", "kind": "unmatched"}) or 0.0) == 0.0
     assert status_of_key(world, c, 31, "u.log") is None  # nothing guessed at the start
 

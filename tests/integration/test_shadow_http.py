@@ -166,15 +166,15 @@ def test_a_start_with_the_shells_empty_pid_is_recorded_without_a_pid(live: LiveB
 
 
 def test_an_unknown_cron_is_answered_by_2x_and_recorded_nowhere(live: LiveBridge) -> None:
-    before = live.metric("shadow_callback_unmatched_total")
+    before = live.metric("ql_bridge_shadow_callback_unmatched_total")
     assert put_status(live, render_status_body(987654, 0, 5, "x.log", HOUR + 1)).content == b'{"code":200}'
     assert runs_of(live, 987654) == []
-    assert live.metric("shadow_callback_unmatched_total") == before + 1
+    assert live.metric("ql_bridge_shadow_callback_unmatched_total") == before + 1
 
 
 def test_a_locked_store_leaves_2xs_answer_unchanged_and_counts_the_failure(live: LiveBridge) -> None:
     cron = new_cron(live)
-    before = live.metric("shadow_write_failed_total")
+    before = live.metric("ql_bridge_shadow_write_failed_total")
     ready, done = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -202,7 +202,7 @@ def test_a_locked_store_leaves_2xs_answer_unchanged_and_counts_the_failure(live:
         done.set()
         holder.join()
     assert (reply.status_code, reply.content) == (200, b'{"code":200}')
-    assert live.metric("shadow_write_failed_total") > before
+    assert live.metric("ql_bridge_shadow_write_failed_total") > before
     assert len(live.data.instance_rows(cron)) == 1  # 2.x did its part
 
 

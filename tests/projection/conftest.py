@@ -169,7 +169,7 @@ class World:
             conn.execute(update(projection_outbox_table).values(state="pending", applied_at_ms=None))
 
     def retry_metric(self, result: str) -> float:
-        return self.metrics.value("projection_retry_total", result=result)
+        return self.metrics.value("ql_bridge_projection_retry_total", result=result)
 
 
 @pytest.fixture

@@ -54,9 +54,9 @@ class ShadowSite:
         return response.status_code, response.get_data()
 
     def shadow_failures(self) -> float:
-        """Every shadow_write_failed_total sample, whatever its labels."""
+        """Every ql_bridge_shadow_write_failed_total sample, whatever its labels."""
         return sum(sample.value for metric in self.container.metrics.registry.collect()
-                   for sample in metric.samples if sample.name == "shadow_write_failed_total")
+                   for sample in metric.samples if sample.name == "ql_bridge_shadow_write_failed_total")
 
 
 @pytest.fixture

@@ -218,5 +218,5 @@ def test_metrics_is_prometheus_text_with_the_forward_histogram_and_is_not_forwar
     assert response.status_code == 200
     assert response.headers["Content-Type"] == CONTENT_TYPE_LATEST
     text = response.get_data(as_text=True)
-    assert "bridge_forward_seconds_bucket" in text and "bridge_forward_seconds_count 1.0" in text
+    assert "ql_bridge_forward_seconds_bucket" in text and "ql_bridge_forward_seconds_count 1.0" in text
     assert [r.url.path for r in upstream.requests] == ["/api/crons"]

@@ -270,7 +270,7 @@ def test_an_interceptor_that_raises_changes_nothing_in_the_answer_and_is_counted
 
     assert (response.status_code, response.get_data(), response.content_type) == (200, OK_2X, JSON_2X)
     assert len(upstream.requests) == 1 and upstream.last.content == START_BODY
-    assert container.metrics.value("shadow_write_failed_total", origin="unknown", error="internal") == 1
+    assert container.metrics.value("ql_bridge_shadow_write_failed_total", origin="unknown", error="internal") == 1
     assert "RuntimeError" in caplog.text
     assert "secret-token" not in caplog.text and "ql_sample_12" not in caplog.text
     if stage == "before":  # nothing was prepared, so there is nothing to finish
@@ -301,4 +301,4 @@ def test_every_forward_is_timed_in_bridge_forward_seconds(
     upstream.reply = fail
     client.get("/api/b")
 
-    assert container.metrics.value("bridge_forward_seconds_count") == 2
+    assert container.metrics.value("ql_bridge_forward_seconds_count") == 2
