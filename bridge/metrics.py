@@ -24,14 +24,16 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from bridge.domain.events import EventType, RunEvent
-from bridge.domain.model import AttemptStatus, Mode, Origin, RunStatus
+from bridge.domain.model import Mode, Origin, RunStatus
 from legacy_adapters.reader import DatabaseState
 
 PREFIX = "ql_bridge_"
 NAMESPACE = PREFIX.rstrip("_")
-_STATUSES = frozenset(s.value for s in RunStatus) | frozenset(s.value for s in AttemptStatus)
+_RUN_STATUSES = frozenset(s.value for s in RunStatus)
+_RUN_MOVES = frozenset(EventType.for_run_status(s.value) for s in RunStatus if s is not RunStatus.CREATED)
 ORIGINS = frozenset(o.value for o in Origin) | {"unknown"}
 _EVENT_TYPES = frozenset(t.value for t in EventType)
+_TRANSITION_RESULTS = frozenset({"ok", "invalid"})
 _RESULTS = frozenset({"ok", "conflict", "invalid", "error", "recorded", "duplicate", "parked", "applied",
                       "retried", "failed", "skipped", "locked"})
 RECONCILE_RESULTS = ("ok", "failed", "locked")
@@ -85,11 +87,11 @@ class BridgeMetrics:
         disable_created_metrics()  # the *_created series double the output and help no alert
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r, p = self.registry, PREFIX
-        self._transition = Counter(p + "run_transition_total", "Run/Attempt status changes",
-                                   ["from", "to", "result"], registry=r)
+        self._transition = Counter(p + "run_transition_total", "Run status changes: committed (ok) or refused "
+                                   "as not allowed (invalid)", ["from", "to", "result"], registry=r)
         self._conflict = Counter(p + "run_transition_conflict_total", "Compare-and-set misses", ["command"],
                                  registry=r)
-        self._event = Counter(p + "run_event_append_total", "Events appended", ["type"], registry=r)
+        self._event = Counter(p + "run_event_append_total", "Events committed, by type", ["type"], registry=r)
         self._shadow_created = Counter(p + "shadow_run_create_total", "Shadow Runs created", ["origin"], registry=r)
         self._shadow_failed = Counter(p + "shadow_write_failed_total", "Shadow writes that failed or overran",
                                       ["origin", "error"], registry=r)
@@ -122,15 +124,18 @@ class BridgeMetrics:
 
     # ServiceMetrics port
     def transition(self, from_status: str, to_status: str, result: str) -> None:
-        self._transition.labels(bounded(from_status, _STATUSES), bounded(to_status, _STATUSES),
-                                bounded(result, _RESULTS)).inc()
+        self._transition.labels(bounded(from_status, _RUN_STATUSES), bounded(to_status, _RUN_STATUSES),
+                                bounded(result, _TRANSITION_RESULTS)).inc()
 
     def conflict(self, command: str) -> None:
         self._conflict.labels(bounded(command, _COMMANDS)).inc()
 
     def events_appended(self, events: Sequence[RunEvent]) -> None:
+        """Committed events; a Run status event is also the transition it records, whichever path wrote it."""
         for event in events:
             self._event.labels(bounded(event.type.value, _EVENT_TYPES)).inc()
+            if event.type in _RUN_MOVES and "from" in event.payload:
+                self.transition(event.payload["from"], event.payload["to"], "ok")
 
     # Shadow path
     def shadow_run_created(self, origin: str | None) -> None:

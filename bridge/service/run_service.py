@@ -169,6 +169,8 @@ class RunService:
                 return CommandResult(run=self.get_run(run_id), applied=False), None
             if isinstance(exc, (RunVersionConflictError, AttemptConflictError)):
                 self._metrics.conflict(command)
+            elif isinstance(exc, InvalidRunTransitionError):
+                self._metrics.transition(exc.details["from"], exc.details["to"], "invalid")
             raise
         self._metrics.events_appended(result.events)
         return result, value
@@ -226,25 +228,27 @@ class RunService:
                 build(store, change)
             changes = change.result()
             store.apply(changes)
-            self._metrics.events_appended(changes.events)
+            appended[:] = changes.events  # counted once committed: a busy store runs ``work`` again
             return CreateRunResult(changes.run, created=True)
 
+        appended: list[RunEvent] = []
         try:
-            return self._uow.write(work)
+            created = self._uow.write(work)
         except IdempotencyKeyTakenError:
             # Lost the race to a twin with the same key: the winner's Run is the answer.
             existing = self._uow.read(lambda s: s.get_run_by_idempotency_key(cmd.project_id, cmd.idempotency_key or ""))
             if existing is None:  # pragma: no cover - the key was committed a moment ago
                 raise
             return _existing(existing, fingerprint, cmd.project_id)
+        self._metrics.events_appended(appended)
+        return created
 
     def transition_run(self, cmd: TransitionRun) -> CommandResult:
         """Move a Run. Raises InvalidRunTransitionError, RunVersionConflictError, RunNotFoundError."""
         def mutate(store: RunStore, change: RunChange) -> None:
-            before = change.run.status
+            # Counted from the committed run.<status> event (events_appended), like every other path's moves.
             fields = {k: v for k, v in (("error_code", cmd.error_code), ("error_summary", cmd.error_summary)) if v}
-            reached = change.move_run(cmd.to, payload=cmd.payload, **fields)
-            self._metrics.transition(before.value, reached.value, "ok")
+            change.move_run(cmd.to, payload=cmd.payload, **fields)
 
         result, _ = self.change(cmd.run_id, mutate, actor=cmd.actor, command="transition_run",
                                 expected_version=cmd.expected_version,
