@@ -120,6 +120,11 @@ class ShadowInterceptor:
         self._legacy_state: str | None = None  # why 2.x's database could not be read last time, if it could not
 
     def before_forward(self, path: str, body: bytes, headers: Mapping[str, str] | None = None) -> Prepared | None:
+        prepared = self._prepare(path, body, headers)
+        self._metrics.callback_seen(_callback_kind(path, body, prepared), _handled_mode(prepared))
+        return prepared
+
+    def _prepare(self, path: str, body: bytes, headers: Mapping[str, str] | None) -> Prepared | None:
         if not self._modes.any_enabled() and not (self._primary and self._primary.owns_active_runs()):
             return None
         received = self._clock.now_ms()
@@ -267,7 +272,6 @@ class ShadowInterceptor:
             decision = infer_start_origin(cron, callback.pid, callback.log_path, begin_s, self._scheduler_mode,
                                           self._tz)
             context = self._context(cron, decision, prepared.shell_handle)
-            self._metrics.callback_seen("start", self._modes.mode_for(decision.origin).value)
             return self._recorder.record_start(facts, context) if context else None
         read_ahead = _read_ahead_result(prepared.read_ahead)
         kept = self._stops.keep(facts, read_ahead)  # a signal exit waits for 2.x's evidence of a stop
@@ -339,6 +343,31 @@ def _answer_code(answer: bytes | None) -> object:
     except ValueError:
         return None
     return body.get("code") if isinstance(body, dict) else None
+
+
+def _callback_kind(path: str, body: bytes, prepared: Prepared | None) -> str:
+    """start, end, stop, instance_stop or other, for legacy_callback_total (a body read only when not parsed)."""
+    if path in STOP_PATHS:
+        return "stop"
+    if STOP_INSTANCE_PATH.fullmatch(path):
+        return "instance_stop"
+    if isinstance(prepared, PreparedCallback):
+        callback: StatusCallback | None = prepared.callback
+    else:
+        try:
+            callback = parse_status_body(body)
+        except LegacyCallbackParseError:
+            callback = None
+    if callback is None or not callback.ids:
+        return "other"
+    return "start" if callback.is_start else "end" if callback.is_end else "other"
+
+
+def _handled_mode(prepared: Prepared | None) -> str:
+    """primary: the bridge answered; shadow: forwarded and watched; off: passed through untouched."""
+    if isinstance(prepared, LocalAnswer):
+        return Mode.PRIMARY.value
+    return Mode.OFF.value if prepared is None else Mode.SHADOW.value
 
 
 def _prepare_stop(body: bytes, received_at_ms: int) -> PreparedStop | None:

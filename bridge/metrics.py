@@ -44,6 +44,8 @@ _COMMANDS = frozenset({"create_run", "transition_run", "create_attempt", "transi
                        "shadow_start", "shadow_end", "shadow_cancel", "reconcile"})
 _PROJECTIONS = frozenset({"crontab_status", "crontab_pid", "running_instance", "crontab_times"})
 _KINDS = frozenset({"unmatched", "ambiguous", "start", "end", "duplicate", "late"})
+# What a callback was (legacy_callback_total): the status callback's two, the two stops, anything else.
+CALLBACK_KINDS = frozenset({"start", "end", "stop", "instance_stop", "other"})
 _MODES = frozenset(m.value for m in Mode)
 _CALLBACK_PATHS = frozenset({"/open/crons/status", "/api/crons/status", "/open/crons/stop", "/api/crons/stop"})
 _LEGACY_STATES = frozenset(s.value for s in DatabaseState) - {DatabaseState.OK.value}
@@ -104,7 +106,10 @@ class BridgeMetrics:
         self._proj_retry = Counter(p + "projection_retry_total", "Projection attempts, by outcome", ["result"],
                                    registry=r)
         self._reconcile = Counter(p + "reconcile_total", "Reconcile passes, by outcome", ["result"], registry=r)
-        self._callbacks = Counter(p + "legacy_callback_total", "Status callbacks seen", ["kind", "mode"], registry=r)
+        self._callbacks = Counter(p + "legacy_callback_total", "Callbacks that reached the bridge, by kind (start, "
+                                  "end, stop, instance_stop, other) and how they were handled: off (passed "
+                                  "through), shadow (forwarded and watched), primary (answered by the bridge)",
+                                  ["kind", "mode"], registry=r)
         self._oversize = Counter(p + "callback_body_oversize_total", "Status callbacks over the body cap: forwarded "
                                  "to 2.x, neither parsed nor recorded", ["path"], registry=r)
         self._legacy_db = Counter(p + "legacy_database_unavailable_total", "Reads or writes of 2.x's database that "
@@ -151,7 +156,7 @@ class BridgeMetrics:
         self._late.labels(bounded(type_, _KINDS)).inc()
 
     def callback_seen(self, kind: str, mode: str) -> None:
-        self._callbacks.labels(bounded(kind, _KINDS), bounded(mode, _MODES)).inc()
+        self._callbacks.labels(bounded(kind, CALLBACK_KINDS), bounded(mode, _MODES)).inc()
 
     # Reconciliation and projection
     def projection_mismatch(self, projection: str) -> None:
