@@ -81,6 +81,14 @@ def build_flags(store: Store) -> FlagService:
     return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms, primary_available=True)
 
 
+def build_store_gauges(settings: Settings, store: Store) -> Any:
+    """The gauges read from the store at scrape time; reconcile and coverage only with a 2.x to compare with."""
+    from bridge.metrics_store import StoreGauges
+
+    interval = settings.reconcile_interval_s if settings.legacy_database_path is not None else None
+    return StoreGauges(store.engine, reconcile_interval_s=interval)
+
+
 def build_container(settings: Settings, *, schedule_reconciler: bool = False,
                     recovery_deferred: bool = False) -> Container:
     """Everything `ql-bridge serve` runs on. Raises BridgeError when 2.x's data directory is foreign.
@@ -90,6 +98,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     metrics = BridgeMetrics()
     store = build_store(settings, metrics=metrics)
     container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store)
+    metrics.registry.register(build_store_gauges(settings, store))
     container.flags = build_flags(store)
     modes = CachedModes(container.flags)
     if settings.legacy_database_path is not None:

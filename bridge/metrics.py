@@ -3,7 +3,7 @@
 Every name starts with `ql_bridge_` (process and platform collectors included); counters end in `_total`
 and timings are in seconds. Labels are bounded by construction: every label value passes through an
 allowlist, so a cron id, run id, command or user can never become a label (anything unknown is reported as
-"other").
+"other"). The store-backed gauges are bridge/metrics_store.py's, registered here by bootstrap.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ _LEGACY_STATES = frozenset(s.value for s in DatabaseState) - {DatabaseState.OK.v
 _LEGACY_USES = frozenset({"shadow", "projection", "recovery"})
 ONE_PROCESS_HELP = (
     "Always 1; names this bridge's version. Every counter and histogram here is this one process's own "
-    "since it started (ql-bridge serve is one process, waitress threads), reset by a restart. "
+    "since it started (ql-bridge serve is one process, waitress threads), reset by a restart; the store "
+    "gauges (outbox, mismatches, reconcile, coverage) read the shared store, so replicas agree on them. "
     "Two processes behind one address would answer scrapes in turn and their counters would disagree: "
     "scrape each process as its own target and tell them apart by process_start_time_seconds."
 )

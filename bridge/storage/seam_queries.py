@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
+from bridge.storage.engine import READ_ONLY
 from bridge.storage.schema import mismatches_table, runs_table
 from projections.seam import OriginCoverage
 
@@ -20,7 +21,7 @@ def recent_coverage(engine: Engine, since_ms: int) -> list[OriginCoverage]:
     recorded_q = (select(r.c.origin, func.count()).where(r.c.created_at_ms >= since_ms, r.c.origin.is_not(None),
                                                          r.c.mode != _IMPORTED)
                   .group_by(r.c.origin))
-    with engine.connect() as conn:
+    with engine.connect().execution_options(**{READ_ONLY: True}) as conn:  # never the SQLite write lock
         missing = {origin: count for origin, count in conn.execute(missing_q)}
         recorded = {origin: count for origin, count in conn.execute(recorded_q)}
     return [OriginCoverage(origin, int(missing.get(origin, 0)), int(recorded.get(origin, 0)))

@@ -71,6 +71,8 @@ def readyz() -> tuple[Response, int]:
 
 @health.get("/metrics")
 def metrics() -> Response:
+    """Prometheus text of this one process (`ql_bridge_info`'s help says what that means for counters);
+    the store gauges are read at most every few seconds and a store that fails leaves them out, never the page."""
     registry = current_container().metrics.registry
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
