@@ -115,9 +115,12 @@ ERROR_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a stable code (ADR-0001 12.2
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Mapping[str, Any]) -> str:
     """Sorted keys, no whitespace, non-ASCII kept as UTF-8: the one text a digest is taken over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 def sha256_hex(text: str) -> str:
@@ -175,10 +178,17 @@ class StepRun:
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
     digest: str = field(init=False, default="")
+    _json: str = field(init=False, default="", repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._validate()
-        object.__setattr__(self, "digest", sha256_hex(canonical_json(self.body())))
+        body = canonical_json(self.body())
+        digest = sha256_hex(body)
+        object.__setattr__(self, "digest", digest)
+        # The stored JSON is the body with "digest" in its sorted place, right after "created_at_ms": the two
+        # keys before it hold whole numbers, so the first ',"error_code":' is the key (one encoding, not two).
+        at = body.index(',"error_code":')
+        object.__setattr__(self, "_json", f'{body[:at]},"digest":"{digest}"{body[at:]}')
 
     def _validate(self) -> None:
         check_pattern("id", self.id, UUID7, "a UUIDv7")
@@ -220,7 +230,7 @@ class StepRun:
 
     def to_json(self) -> str:
         """The canonical JSON the store keeps: the body and its digest."""
-        return canonical_json({**self.body(), "digest": self.digest})
+        return self._json
 
     @classmethod
     def from_json(cls, text: str, where: str = "record") -> StepRun:
@@ -247,5 +257,5 @@ class StepRun:
         return replace(self, **changes)
 
 
-_BODY_FIELDS = tuple(f for f in fields(StepRun) if f.name != "digest")
+_BODY_FIELDS = tuple(f for f in fields(StepRun) if f.name not in ("digest", "_json"))
 RECORD_KEYS = frozenset({f.name for f in _BODY_FIELDS} | {"schema", "digest"})
