@@ -19,7 +19,7 @@ from bridge.domain.step_run import StepRunKind, StepRunStatus
 from bridge.domain.step_run_mutation import CreateStepRun
 from bridge.service.queries import PageRequest, RunFilters
 from bridge.storage.engine import make_engine
-from bridge.storage.migrate import require_current_schema
+from bridge.storage.migrate import head_revision, require_current_schema, upgrade
 from bridge.storage.queries import SqlRunQueries
 from bridge.storage.roles import READER_ROLE, RUNTIME_ROLE, apply_roles
 from bridge.storage.step_run_queries import SqlStepRunReader
@@ -70,6 +70,7 @@ def denied(engine: Engine, statement: str, **params: object) -> None:
 
 
 def test_the_runtime_role_serves_runs_and_step_runs(postgres_backend: Backend, roles: Roles) -> None:
+    assert upgrade(roles.runtime) == head_revision()  # the image's `db upgrade` before serve: nothing to do
     require_current_schema(roles.runtime)  # what serve checks before listening
     SqlUnitOfWork(roles.runtime).probe_write()
     runtime = world_for(Backend("postgres", roles.runtime, SqlUnitOfWork(roles.runtime)))
