@@ -3,8 +3,9 @@
 Everything is read in keyset-paged batches (memory stays flat as data grows) and 2.x's database is only
 ever held for one short read per batch. Each disagreement becomes a mismatch row (and one deduped
 `run.legacy_projection_mismatch` event when it names a Run), and so does a 2.x value no rule can judge
-(`invalid_legacy_value`); mismatches not seen again are closed, not deleted. A pass that fails midway
-records why (a code, never a message) and leaves the rest to the next one.
+(`invalid_legacy_value`). A mismatch is closed, not deleted, once a pass judged its subject again and did
+not find it again; what a pass did not judge stays open. A pass that fails midway records why (a code,
+never a message) and leaves the rest to the next one.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from projections.reconcile import (
     INVALID_LEGACY_VALUE,
     KEY_COLUMNS,
     Finding,
+    JudgedSubjects,
     compare_cron,
     compare_ended,
     compare_running,
@@ -116,6 +118,7 @@ class Reconciler:
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
         self._cron = lru_cache(maxsize=4096)(self._read_cron)
         self._findings = 0
+        self._judged = JudgedSubjects(())  # the open mismatches a pass began with, and those it judged again
 
     @property
     def reader(self) -> LegacyReader:
@@ -134,7 +137,7 @@ class Reconciler:
         pass_id = self._store.open_pass(started)
         try:
             stats = self._pass(pass_id, started)
-            stats["resolved"] = self._store.resolve_unseen(started, self._clock.now_ms())
+            stats["resolved"] = self._store.resolve_unseen(self._judged.ids, started, self._clock.now_ms())
             self._store.close_pass(pass_id, self._clock.now_ms(), "ok", None, stats)
         except Exception as exc:  # noqa: BLE001 - any failure ends this pass cleanly; the next one starts over
             reason = failure_code(exc)
@@ -151,13 +154,14 @@ class Reconciler:
     def _pass(self, pass_id: int, now_ms: int) -> dict[str, int]:
         stats: dict[str, int] = {"instances": 0, "findings": 0, "cancelled": 0, "crons": 0}
         self._findings = 0
+        self._judged = JudgedSubjects(self._store.open_reconciler_mismatches())
         since_ms = now_ms - self._settings.lookback_s * 1000
         for batch in chunks(self._reader.iter_instances(batch_size=self._settings.batch_size),
                             self._settings.batch_size):
             self._instances(pass_id, batch, since_ms, now_ms, stats)
         self._orphans_and_duplicates(pass_id, since_ms, now_ms, stats)
         self._crons(since_ms, now_ms, stats)
-        stats["findings"] = self._findings
+        stats.update(findings=self._findings, open_mismatches=len(self._judged), judged=len(self._judged.ids))
         return stats
 
     # -- 2.x instances against shadow Runs -----------------------------------------------------------
@@ -170,44 +174,56 @@ class Reconciler:
         # No Run key and no place in any window: such a row is reported on every pass until 2.x's is fixed.
         self._emit([invalid_value("RunningInstances", defects[i.id], i.cron_id, instance_id=i.id)
                     for i in batch if i.id in unplaceable])
+        for instance in batch:
+            if instance.id not in defects:  # read without invalid values: an invalid_legacy_value on it is judged
+                self._judged.instance(instance.id, compared=False)
         window = [i for i in batch if i.id not in unplaceable and (i.started_at or 0) * 1000 >= since_ms]
         keyed = {run_key(i.cron_id, i.pid, i.log_path, i.started_at): i for i in window}
         # History imported by `bridge import-legacy` is keyed by instance id: found, then left out of the checks.
         runs = self._store.runs_by_keys([*keyed, *(f"{IMPORT_KEY_PREFIX}{i.id}" for i in window)])
         self._store.mark_seen(pass_id, [run["id"] for run in runs.values()])
+        for run in runs.values():
+            self._judged.run_matched(run["id"])
         cutoff_s = (now_ms - self._settings.grace_s * 1000) / 1000
         for key, instance in keyed.items():
             stats["instances"] += 1
             run = runs.get(key) or runs.get(f"{IMPORT_KEY_PREFIX}{instance.id}")
-            if run is None or run.get("mode") != "legacy_import":
-                self._judge(instance, run, defects.get(instance.id), cutoff_s, stats)
+            if run is not None and run.get("mode") == "legacy_import":
+                if instance.id not in defects:
+                    self._judged.instance(instance.id)  # it has its Run, whose history is not compared
+            elif self._judge(instance, run, defects.get(instance.id), cutoff_s, stats):
+                self._judged.instance(instance.id)
 
     def _judge(self, instance: LegacyInstance, run: dict[str, Any] | None, defects: dict[str, str] | None,
-               cutoff_s: float, stats: dict[str, int]) -> None:
+               cutoff_s: float, stats: dict[str, int]) -> bool:
+        """Compare one execution's row with its Run (or find it missing); False when it was not judged."""
         if defects:  # the Run is named (a repair in 2.x closes the finding) and its comparison waits
             run_id, origin = (run["id"], run.get("origin")) if run else (None, None)
             self._emit([invalid_value("RunningInstances", defects, instance.cron_id, run_id, instance.id, origin)])
-        elif (instance.started_at or 0) > cutoff_s:
-            return  # in flight: inside the grace window
-        elif run is None:
+            return False
+        if (instance.started_at or 0) > cutoff_s:
+            return False  # in flight: inside the grace window
+        if run is None:
             self._maybe_missing(instance)
-        else:
-            self._compare(instance, run, stats)
+            return True
+        return self._compare(instance, run, stats)
 
-    def _compare(self, instance: LegacyInstance, run: dict[str, Any], stats: dict[str, int]) -> None:
+    def _compare(self, instance: LegacyInstance, run: dict[str, Any], stats: dict[str, int]) -> bool:
         if instance.status == InstanceStatus.RUNNING:
             handle = ProcessHandle.from_json(run.get("executor_handle"))
             alive = self._probe.same_process(instance.pid, handle)
             self._emit(compare_running(instance, run, alive))
         elif run["status"] in ACTIVE_RUN_STATUSES and self._pending.waiting_runs([run["id"]]):
-            return  # its end is kept: the stop decider closes the Run, with its exit code, within the window
+            return False  # its end is kept: the stop decider closes the Run, with its exit code, within the window
         elif instance.status == InstanceStatus.STOPPED and run["status"] in ACTIVE_RUN_STATUSES:
             finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
             self._recorder.cancel_run(run["id"], actor=RECONCILER, code=legacy_stop_code(self._reader, instance),
                                       evidence="legacy_instance", finished_at_ms=finished)
             stats["cancelled"] += 1
+            return False  # the next pass compares the cancelled Run
         else:
             self._emit(compare_ended(instance, run, self._settings.tolerance_s))
+        return True
 
     def _maybe_missing(self, instance: LegacyInstance) -> None:
         """A 2.x execution with no shadow Run counts only if its origin was being shadowed when it began."""
@@ -232,7 +248,10 @@ class Reconciler:
             self._emit([Finding("orphan", r["legacy_cron_id"], r["id"], None, r["origin"],
                                 {"legacy": None, "shadow": {"status": r["status"]}}) for r in page])
             cursor = (page[-1]["created_at_ms"], page[-1]["id"])
-        for group in self._store.duplicate_groups(since_ms, self._settings.batch_size):
+        groups = self._store.duplicate_groups(since_ms, self._settings.batch_size)
+        if len(groups) >= self._settings.batch_size:
+            self._judged.forget("duplicate")  # one page of the groups: those past it were not read
+        for group in groups:
             self._emit([Finding("duplicate", group["legacy_cron_id"], group["last_id"], None, group["origin"],
                                 {"runs": group["n"], "first_run_id": group["first_id"]})])
 
@@ -250,14 +269,17 @@ class Reconciler:
             for cron_id in ids:
                 stats["crons"] += 1
                 cron = self._cron(cron_id)
-                if cron is not None and (defects := cron_defects(cron, latest_s)):
+                if cron is None:
+                    continue
+                if defects := cron_defects(cron, latest_s):
                     self._emit([invalid_value("Crontabs", defects, cron_id)])  # "recent" cannot be told
                     continue
                 runs = active.get(cron_id, [])
-                recent = (cron is not None and (cron.last_execution_time or 0) * 1000 > cutoff_ms) or \
+                recent = (cron.last_execution_time or 0) * 1000 > cutoff_ms or \
                     any(r["created_at_ms"] > cutoff_ms for r in runs)
-                if cron is not None and not recent:
+                if not recent:
                     self._emit(compare_cron(cron_id, cron.status, cron.pid, runs))
+                self._judged.cron(cron_id, compared=not recent)
             after = ids[-1]
 
     # -- recording ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ ACTIVE_RUN_STATUSES = frozenset(status.value for status in RUN_ACTIVE)  # the do
 RELAYED_STOP_CODES = frozenset({ErrorCode.CANCELLED_BY_USER.value, ErrorCode.INSTANCE_STOPPED_BY_USER.value})
 VOLATILE = ["root['updated_at']", "root['received_at_ms']"]
 INVALID_LEGACY_VALUE = "invalid_legacy_value"
+# Crontabs kinds: about a cron, whatever Run they name (see judged_subject).
+_CRON_KINDS = frozenset({"active_state", "pid"})
 # A RunningInstances row without a usable one of these has no Run key and no place in any window.
 KEY_COLUMNS = frozenset({"cron_id", "started_at"})
 _INT64_LIMIT = 2**63  # SQLite INTEGER and the store's BIGINT hold [-2^63, 2^63)
@@ -46,6 +49,58 @@ class Finding:
     def dedupe_key(self) -> str:
         subject = f"i{self.instance_id}" if self.instance_id is not None else f"r{self.run_id}"
         return f"{self.kind}:{self.cron_id}:{subject}"
+
+
+def judged_subject(kind: str, cron_id: int | None, dedupe_key: str) -> str:
+    """What a pass has to judge again before a mismatch may close: its 2.x row (``i<id>``), its Run
+    (``r<id>``) or, for Crontabs findings, its cron (``c<id>``; the Run they name changes as Runs come and go)."""
+    subject = dedupe_key.split(":", 2)[-1]
+    if kind in _CRON_KINDS or (kind == INVALID_LEGACY_VALUE and not subject.startswith("i")):
+        return f"c{cron_id}"
+    return subject
+
+
+class JudgedSubjects:
+    """The reconciler mismatches open when a pass began, and those whose subject the pass judged again.
+
+    Only those may close, and only when the pass did not find them again: a fact the pass did not look at
+    (an execution in flight or outside the window, a cron too recent to compare or not read, a duplicate
+    group it did not read) is no agreement. It holds what is open, never what 2.x holds.
+    """
+
+    def __init__(self, open_mismatches: Iterable[tuple[int, str, int | None, str]]) -> None:
+        self._open: dict[str, list[tuple[str, int]]] = {}
+        for mismatch_id, kind, cron_id, dedupe_key in open_mismatches:
+            self._open.setdefault(judged_subject(kind, cron_id, dedupe_key), []).append((kind, mismatch_id))
+        self._judged: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return sum(len(mismatches) for mismatches in self._open.values())
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(self._judged)
+
+    def instance(self, instance_id: int, *, compared: bool = True) -> None:
+        """A 2.x row judged (compared with its Run, or found to have none), or only read without invalid values."""
+        self._judge(f"i{instance_id}", None if compared else {INVALID_LEGACY_VALUE})
+
+    def run_matched(self, run_id: str) -> None:
+        """A 2.x row matched the Run: it is no orphan, and its duplicate group (if any) was read."""
+        self._judge(f"r{run_id}", {"orphan", "duplicate"})
+
+    def cron(self, cron_id: int, *, compared: bool) -> None:
+        """A Crontabs row read without invalid values, and compared with the cron's active Runs or not."""
+        self._judge(f"c{cron_id}", {INVALID_LEGACY_VALUE, *(_CRON_KINDS if compared else ())})
+
+    def forget(self, kind: str) -> None:
+        """The pass could not judge every mismatch of this kind after all (it read a page of them only)."""
+        self._judged = {mismatch_id: k for mismatch_id, k in self._judged.items() if k != kind}
+
+    def _judge(self, subject: str, kinds: Collection[str] | None) -> None:
+        for kind, mismatch_id in self._open.get(subject, ()):
+            if kinds is None or kind in kinds:
+                self._judged[mismatch_id] = kind
 
 
 def structured_diff(legacy: dict[str, Any], shadow: dict[str, Any], *, epsilon: float = 0.0) -> dict[str, Any]:

@@ -29,6 +29,7 @@ _COMPARED_OWNERS = ("legacy", "bridge")
 _ADVISORY_KEY = 0x716C6272  # "qlbr": one lock id for the reconciler across replicas
 RECONCILER_KINDS = ("missing", "orphan", "duplicate", "stuck", "active_state", "pid", "terminal_status",
                     "exit_code", "start_time", "finish_time", "invalid_legacy_value")
+_RESOLVE_CHUNK = 500  # mismatch ids per UPDATE: well under any driver's bound-parameter limit
 
 
 class ReconcileStore:
@@ -144,12 +145,26 @@ class ReconcileStore:
             row = conn.execute(select(t).order_by(t.c.id.desc()).limit(1)).first()
         return dict(row._mapping) if row else None
 
-    def resolve_unseen(self, since_ms: int, at_ms: int) -> int:
-        """Close reconciler mismatches this pass did not see again (never deleted)."""
+    def open_reconciler_mismatches(self) -> list[tuple[int, str, int | None, str]]:
+        """(id, kind, cron id, dedupe key) of every open reconciler mismatch: what a pass may close."""
         t = mismatches_table
+        stmt = (select(t.c.id, t.c.kind, t.c.legacy_cron_id, t.c.dedupe_key)
+                .where(t.c.resolved_at_ms.is_(None), t.c.kind.in_(RECONCILER_KINDS)).order_by(t.c.id))
+        with self.read() as conn:
+            return [(row.id, row.kind, row.legacy_cron_id, row.dedupe_key) for row in conn.execute(stmt)]
+
+    def resolve_unseen(self, mismatch_ids: Sequence[int], since_ms: int, at_ms: int) -> int:
+        """Close the mismatches a pass judged again without finding them again since ``since_ms`` (never
+        deleted); any other mismatch stays open."""
+        t = mismatches_table
+        closed = 0
         with self.engine.begin() as conn:
-            return conn.execute(update(t).where(t.c.resolved_at_ms.is_(None), t.c.kind.in_(RECONCILER_KINDS),
-                                                t.c.last_seen_ms < since_ms).values(resolved_at_ms=at_ms)).rowcount
+            for start in range(0, len(mismatch_ids), _RESOLVE_CHUNK):
+                chunk = list(mismatch_ids[start:start + _RESOLVE_CHUNK])
+                closed += conn.execute(update(t).where(t.c.id.in_(chunk), t.c.resolved_at_ms.is_(None),
+                                                       t.c.kind.in_(RECONCILER_KINDS), t.c.last_seen_ms < since_ms)
+                                       .values(resolved_at_ms=at_ms)).rowcount
+        return closed
 
     def open_mismatches(self, kind: str | None = None) -> list[dict[str, Any]]:
         t = mismatches_table
