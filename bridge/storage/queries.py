@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, and_, exists, or_, select
+from sqlalchemy import ColumnElement, Connection, Engine, Select, and_, exists, or_, select
 from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import RunNotFoundError
@@ -54,6 +54,13 @@ def run_conditions(filters: RunFilters, after: RunCursor | None) -> list[ColumnE
     return terms
 
 
+def run_list_statement(filters: RunFilters, page: PageRequest) -> Select[Any]:
+    """One page of a Run listing, newest first by (created_at_ms, id), with one extra row that only says
+    whether another page exists."""
+    return (select(_r).where(*run_conditions(filters, page.after))
+            .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(page.limit + 1))
+
+
 def _no_such_run_unless_storable(run_id: str) -> None:
     """An id no store can hold names no Run, and is never sent: PostgreSQL would refuse a NUL with an error
     where SQLite answers "not found", and neither driver can send an unpaired surrogate."""
@@ -70,10 +77,8 @@ class SqlRunQueries:
     def list_runs(self, filters: RunFilters, page: PageRequest) -> RunsPage:
         if page.after is not None and not storable_text(page.after.id):
             raise InvalidQueryError("cursor", "is not a cursor this API returned")
-        stmt = (select(_r).where(*run_conditions(filters, page.after))
-                .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(page.limit + 1))
         with self._read() as conn:
-            rows = conn.execute(stmt).mappings().all()
+            rows = conn.execute(run_list_statement(filters, page)).mappings().all()
         runs = [run_from_row(row) for row in rows[: page.limit]]
         more = len(rows) > page.limit
         next_cursor = RunCursor(runs[-1].created_at_ms, runs[-1].id).encode() if more else None

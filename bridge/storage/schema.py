@@ -106,13 +106,17 @@ runs_table = Table(
     Index("ix_runs_task_created", "task_id", "created_at_ms"),
     Index("ix_runs_status_queued", "status", "queued_at_ms"),
     Index("ix_runs_status_cancel_requested", "status", "cancel_requested_at_ms"),
-    Index("ix_runs_legacy_cron_status", "legacy_cron_id", "status", "created_at_ms"),
-    # Keyset pages of the v3 API and the reconciler, and its duplicate check.
+    # Keyset pages of the v3 API and the reconciler, and its duplicate check. Each v3 filter (none, status,
+    # origin, cron, cron and status) has an index ending in the list's sort key (created_at_ms, id), so a page
+    # is one range of one index whatever the planner's statistics say (revision 0012).
     Index("ix_runs_created_id", "created_at_ms", "id"),
-    Index("ix_runs_origin_created", "origin", "created_at_ms"),
+    Index("ix_runs_status_created_id", "status", "created_at_ms", "id"),
+    Index("ix_runs_origin_created", "origin", "created_at_ms", "id"),
+    Index("ix_runs_cron_created_id", "legacy_cron_id", "created_at_ms", "id"),
+    Index("ix_runs_legacy_cron_status", "legacy_cron_id", "status", "created_at_ms", "id"),
     Index("ix_runs_cron_pid_log", "legacy_cron_id", "legacy_pid", "log_ref"),
     # A cron's open Runs for callback correlation: holds only open Runs, so a lookup never walks history.
-    Index("ix_runs_active_by_cron", "legacy_cron_id", "created_at_ms",
+    Index("ix_runs_active_by_cron", "legacy_cron_id", "created_at_ms", "id",
           sqlite_where=text(ACTIVE_STATUS_SQL), postgresql_where=text(ACTIVE_STATUS_SQL)),
     # A cron's bridge-owned Runs by status for the projector: after a promotion it reads only those, however
     # long the cron's shadow history, and shadow writes (owner legacy) never touch this index.
@@ -121,6 +125,19 @@ runs_table = Table(
     Index("ux_runs_project_id_idempotency_key", "project_id", "idempotency_key", unique=True,
           sqlite_where=Column("idempotency_key").isnot(None),
           postgresql_where=Column("idempotency_key").isnot(None)),
+)
+
+# SQLite only: Runs and their events per (status, origin; '' for none), kept by triggers in the transaction
+# that writes the Run (revision 0012), so `ql-bridge status` reads a few rows instead of counting the tables.
+# PostgreSQL has none: a counter row there would make concurrent writers wait for each other, and its planner
+# keeps estimates instead.
+run_counts_table = Table(
+    "run_counts", metadata,
+    Column("status", String(24), primary_key=True),
+    Column("origin", String(32), primary_key=True),
+    Column("runs", BigInteger, nullable=False),
+    Column("events", BigInteger, nullable=False),
+    info={"dialects": ("sqlite",)},
 )
 
 run_attempts_table = Table(
