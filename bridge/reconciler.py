@@ -3,9 +3,10 @@
 Everything is read in keyset-paged batches (memory stays flat as data grows) and 2.x's database is only
 ever held for one short read per batch. Each disagreement becomes a mismatch row (and one deduped
 `run.legacy_projection_mismatch` event when it names a Run), and so does a 2.x value no rule can judge
-(`invalid_legacy_value`). A mismatch is closed, not deleted, once a pass judged its subject again and did
-not find it again; what a pass did not judge stays open. A pass that fails midway records why (a code,
-never a message) and leaves the rest to the next one.
+(`invalid_legacy_value`) and an execution 2.x recorded more than once (`legacy_duplicate_instance`). A
+mismatch is closed, not deleted, once a pass judged its subject again and did not find it again; what a
+pass did not judge stays open. A pass that fails midway records why (a code, never a message) and leaves
+the rest to the next one.
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ from projections.reconcile import (
     ACTIVE_RUN_STATUSES,
     INVALID_LEGACY_VALUE,
     KEY_COLUMNS,
+    LEGACY_DUPLICATE_INSTANCE,
     Finding,
     JudgedSubjects,
+    RecordedAgain,
     compare_cron,
     compare_ended,
     compare_running,
+    compared_row,
     cron_defects,
     instance_defects,
     invalid_value,
@@ -58,7 +62,8 @@ log = logging.getLogger("bridge.reconciler")
 RECONCILER = Actor(ActorType.RECONCILER)
 IMPORT_KEY_PREFIX = "legacy-import:"
 T = TypeVar("T")
-_PROJECTION_OF_KIND = {"active_state": "crontab_status", "pid": "crontab_pid"}
+_PROJECTION_OF_KIND = {"active_state": "crontab_status", "pid": "crontab_pid",
+                       LEGACY_DUPLICATE_INSTANCE: "running_instance"}
 _PROJECTION_OF_TABLE = {"Crontabs": "crontab_times", "RunningInstances": "running_instance"}
 
 
@@ -119,6 +124,7 @@ class Reconciler:
         self._cron = lru_cache(maxsize=4096)(self._read_cron)
         self._findings = 0
         self._judged = JudgedSubjects(())  # the open mismatches a pass began with, and those it judged again
+        self._replays: dict[str, RecordedAgain] = {}  # Runs whose execution 2.x holds more than one row for
 
     @property
     def reader(self) -> LegacyReader:
@@ -155,10 +161,12 @@ class Reconciler:
         stats: dict[str, int] = {"instances": 0, "findings": 0, "cancelled": 0, "crons": 0}
         self._findings = 0
         self._judged = JudgedSubjects(self._store.open_reconciler_mismatches())
+        self._replays.clear()
         since_ms = now_ms - self._settings.lookback_s * 1000
         for batch in chunks(self._reader.iter_instances(batch_size=self._settings.batch_size),
                             self._settings.batch_size):
             self._instances(pass_id, batch, since_ms, now_ms, stats)
+        self._report_replays()
         self._orphans_and_duplicates(pass_id, since_ms, now_ms, stats)
         self._crons(since_ms, now_ms, stats)
         stats.update(findings=self._findings, open_mismatches=len(self._judged), judged=len(self._judged.ids))
@@ -178,28 +186,51 @@ class Reconciler:
             if instance.id not in defects:  # read without invalid values: an invalid_legacy_value on it is judged
                 self._judged.instance(instance.id, compared=False)
         window = [i for i in batch if i.id not in unplaceable and (i.started_at or 0) * 1000 >= since_ms]
-        keyed = {run_key(i.cron_id, i.pid, i.log_path, i.started_at): i for i in window}
+        executions: dict[str, list[LegacyInstance]] = {}
+        for instance in window:  # replayed starts give one execution more than one row
+            key = run_key(instance.cron_id, instance.pid, instance.log_path, instance.started_at)
+            executions.setdefault(key, []).append(instance)
         # History imported by `bridge import-legacy` is keyed by instance id: found, then left out of the checks.
-        runs = self._store.runs_by_keys([*keyed, *(f"{IMPORT_KEY_PREFIX}{i.id}" for i in window)])
-        self._store.mark_seen(pass_id, [run["id"] for run in runs.values()])
+        runs = self._store.runs_by_keys([*executions, *(f"{IMPORT_KEY_PREFIX}{i.id}" for i in window)])
+        earlier = self._store.mark_seen(pass_id, [run["id"] for run in runs.values()])
         for run in runs.values():
             self._judged.run_matched(run["id"])
         cutoff_s = (now_ms - self._settings.grace_s * 1000) / 1000
-        for key, instance in keyed.items():
+        for key, rows in executions.items():
             stats["instances"] += 1
-            run = runs.get(key) or runs.get(f"{IMPORT_KEY_PREFIX}{instance.id}")
-            if run is not None and run.get("mode") == "legacy_import":
-                if instance.id not in defects:
-                    self._judged.instance(instance.id)  # it has its Run, whose history is not compared
-            elif self._judge(instance, run, defects.get(instance.id), cutoff_s, stats):
-                self._judged.instance(instance.id)
+            run = runs.get(key)
+            imported = {i.id for i in rows if run is None and f"{IMPORT_KEY_PREFIX}{i.id}" in runs}
+            for instance_id in imported - defects.keys():
+                self._judged.instance(instance_id)  # it has its Run, whose history is not compared
+            again = run is not None and run["id"] in earlier
+            if rows := [i for i in rows if i.id not in imported]:
+                self._execution(key, rows, run, defects, cutoff_s, stats, again=again)
+
+    def _execution(self, key: str, rows: list[LegacyInstance], run: dict[str, Any] | None,
+                   defects: dict[int, dict[str, str]], cutoff_s: float, stats: dict[str, int], *, again: bool) -> None:
+        """One execution's rows in this batch. One is compared with the Run; any other is 2.x recording the
+        execution again (replayed callbacks), counted and never compared. ``again``: the Run was matched in
+        an earlier batch of this pass, so every row here is such a row."""
+        compared = None if again else compared_row(rows, defects)
+        if compared is not None and self._judge(compared, run, defects.get(compared.id), cutoff_s, stats):
+            self._judged.instance(compared.id)
+        in_flight = (rows[0].started_at or 0) > cutoff_s  # one begin second for all of them
+        extras = [i for i in rows if i is not compared]
+        for extra in extras:
+            if extra.id in defects:
+                self._invalid(extra, run, defects[extra.id])
+            elif not in_flight:
+                self._judged.instance(extra.id)
+        if run is not None and not in_flight:
+            self._judged.execution(run["id"])
+            if extras:
+                self._recorded_again(key, run, rows, again)
 
     def _judge(self, instance: LegacyInstance, run: dict[str, Any] | None, defects: dict[str, str] | None,
                cutoff_s: float, stats: dict[str, int]) -> bool:
         """Compare one execution's row with its Run (or find it missing); False when it was not judged."""
         if defects:  # the Run is named (a repair in 2.x closes the finding) and its comparison waits
-            run_id, origin = (run["id"], run.get("origin")) if run else (None, None)
-            self._emit([invalid_value("RunningInstances", defects, instance.cron_id, run_id, instance.id, origin)])
+            self._invalid(instance, run, defects)
             return False
         if (instance.started_at or 0) > cutoff_s:
             return False  # in flight: inside the grace window
@@ -207,6 +238,10 @@ class Reconciler:
             self._maybe_missing(instance)
             return True
         return self._compare(instance, run, stats)
+
+    def _invalid(self, instance: LegacyInstance, run: dict[str, Any] | None, defects: dict[str, str]) -> None:
+        run_id, origin = (run["id"], run.get("origin")) if run else (None, None)
+        self._emit([invalid_value("RunningInstances", defects, instance.cron_id, run_id, instance.id, origin)])
 
     def _compare(self, instance: LegacyInstance, run: dict[str, Any], stats: dict[str, int]) -> bool:
         if instance.status == InstanceStatus.RUNNING:
@@ -224,6 +259,24 @@ class Reconciler:
         else:
             self._emit(compare_ended(instance, run, self._settings.tolerance_s))
         return True
+
+    def _recorded_again(self, key: str, run: dict[str, Any], rows: list[LegacyInstance], again: bool) -> None:
+        entry = self._replays.get(run["id"])
+        if entry is None:
+            entry = self._replays[run["id"]] = RecordedAgain(run["id"], rows[0].cron_id, run.get("origin"))
+            if again:  # the rows of an earlier batch, found as recovery finds them: inserted near the Run's creation
+                first = min(i.id for i in rows)
+                near = self._reader.instances_inserted_near(rows[0].cron_id or 0, rows[0].pid, run["created_at_ms"])
+                found = [i for i in near if i.id < first and run_key(i.cron_id, i.pid, i.log_path, i.started_at) == key]
+                entry.add(found)
+                entry.rows += 0 if found else 1  # the one that matched the Run earlier is no longer near it
+        entry.add(rows)
+        if len(self._replays) > self._settings.batch_size:
+            self._report_replays()
+
+    def _report_replays(self) -> None:
+        self._emit([entry.finding() for entry in self._replays.values()])
+        self._replays.clear()
 
     def _maybe_missing(self, instance: LegacyInstance) -> None:
         """A 2.x execution with no shadow Run counts only if its origin was being shadowed when it began."""

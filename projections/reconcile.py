@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,9 @@ ACTIVE_RUN_STATUSES = frozenset(status.value for status in RUN_ACTIVE)  # the do
 RELAYED_STOP_CODES = frozenset({ErrorCode.CANCELLED_BY_USER.value, ErrorCode.INSTANCE_STOPPED_BY_USER.value})
 VOLATILE = ["root['updated_at']", "root['received_at_ms']"]
 INVALID_LEGACY_VALUE = "invalid_legacy_value"
+# One execution (cron, pid, log path, begin second) that 2.x holds more than one row for: replayed callbacks.
+LEGACY_DUPLICATE_INSTANCE = "legacy_duplicate_instance"
+LISTED_ROWS = 20  # the rows such a finding names by id and status; it counts them all
 # Crontabs kinds: about a cron, whatever Run they name (see judged_subject).
 _CRON_KINDS = frozenset({"active_state", "pid"})
 # A RunningInstances row without a usable one of these has no Run key and no place in any window.
@@ -89,6 +92,10 @@ class JudgedSubjects:
         """A 2.x row matched the Run: it is no orphan, and its duplicate group (if any) was read."""
         self._judge(f"r{run_id}", {"orphan", "duplicate"})
 
+    def execution(self, run_id: str) -> None:
+        """Every row 2.x holds for the Run's execution was read, outside the grace window."""
+        self._judge(f"r{run_id}", {LEGACY_DUPLICATE_INSTANCE})
+
     def cron(self, cron_id: int, *, compared: bool) -> None:
         """A Crontabs row read without invalid values, and compared with the cron's active Runs or not."""
         self._judge(f"c{cron_id}", {INVALID_LEGACY_VALUE, *(_CRON_KINDS if compared else ())})
@@ -101,6 +108,34 @@ class JudgedSubjects:
         for kind, mismatch_id in self._open.get(subject, ()):
             if kinds is None or kind in kinds:
                 self._judged[mismatch_id] = kind
+
+
+def compared_row(rows: Sequence[LegacyInstance], defects: Mapping[int, object]) -> LegacyInstance:
+    """Of the rows 2.x holds for one execution, the one its Run is compared with: one without invalid values,
+    then a closed one (a replayed start opens a row of its own), then the lowest id."""
+    return min(rows, key=lambda i: (i.id in defects, i.status == InstanceStatus.RUNNING, i.id))
+
+
+@dataclass
+class RecordedAgain:
+    """The rows 2.x holds for the execution of one Run, counted as a pass reads them (over any batches)."""
+
+    run_id: str
+    cron_id: int | None
+    origin: str | None
+    rows: int = 0
+    listed: list[tuple[int, int | None]] = field(default_factory=list)
+
+    def add(self, instances: Iterable[LegacyInstance]) -> None:
+        for instance in instances:
+            self.rows += 1
+            self.listed = sorted([*self.listed, (instance.id, instance.status)])[:LISTED_ROWS]
+
+    def finding(self) -> Finding:
+        """``legacy_duplicate_instance``: how many rows, and the ids and statuses of the first ones; no value."""
+        instances = [{"id": row_id, "status": _status_name(status)} for row_id, status in self.listed]
+        return Finding(LEGACY_DUPLICATE_INSTANCE, self.cron_id, self.run_id, None, self.origin,
+                       {"rows": self.rows, "instances": instances})
 
 
 def structured_diff(legacy: dict[str, Any], shadow: dict[str, Any], *, epsilon: float = 0.0) -> dict[str, Any]:
@@ -249,6 +284,11 @@ def _instance_status(value: int | None) -> InstanceStatus | None:
         return InstanceStatus(value) if value is not None else None
     except ValueError:
         return None
+
+
+def _status_name(value: int | None) -> str:
+    status = _instance_status(value)
+    return status.name.lower() if status is not None else "unknown"
 
 
 def _seconds(ms: int | None) -> int | None:

@@ -28,7 +28,7 @@ _TERMINAL = tuple(s.value for s in RUN_TERMINAL)
 _COMPARED_OWNERS = ("legacy", "bridge")
 _ADVISORY_KEY = 0x716C6272  # "qlbr": one lock id for the reconciler across replicas
 RECONCILER_KINDS = ("missing", "orphan", "duplicate", "stuck", "active_state", "pid", "terminal_status",
-                    "exit_code", "start_time", "finish_time", "invalid_legacy_value")
+                    "exit_code", "start_time", "finish_time", "invalid_legacy_value", "legacy_duplicate_instance")
 _RESOLVE_CHUNK = 500  # mismatch ids per UPDATE: well under any driver's bound-parameter limit
 
 
@@ -55,15 +55,23 @@ class ReconcileStore:
         with self.read() as conn:
             return {row.idempotency_key: dict(row._mapping) for row in conn.execute(stmt)}
 
-    def mark_seen(self, pass_id: int, run_ids: Sequence[str]) -> None:
-        """Note Runs a 2.x instance matched in this pass. A Run matched again is no error: 2.x opens one
-        instance per id sent (``"ids":[c, c, ...]``) and one per replayed start, in this batch or a later one."""
+    def mark_seen(self, pass_id: int, run_ids: Sequence[str]) -> set[str]:
+        """Note Runs a 2.x instance matched in this pass; returns those an earlier call of the pass had noted.
+
+        A Run matched again is no error: 2.x opens one instance per id sent (``"ids":[c, c, ...]``) and one
+        per replayed start, in this batch or a later one; the caller learns which rows came later."""
         unique = sorted(set(run_ids))
-        if unique:
-            dialect_insert = postgresql_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
-            with self.engine.begin() as conn:
-                conn.execute(dialect_insert(reconcile_seen_table).on_conflict_do_nothing(),
-                             [{"pass_id": pass_id, "run_id": i} for i in unique])
+        if not unique:
+            return set()
+        s = reconcile_seen_table
+        dialect_insert = postgresql_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        with self.engine.begin() as conn:
+            earlier = {row[0] for row in conn.execute(select(s.c.run_id).where(s.c.pass_id == pass_id,
+                                                                               s.c.run_id.in_(unique)))}
+            fresh = [{"pass_id": pass_id, "run_id": i} for i in unique if i not in earlier]
+            if fresh:
+                conn.execute(dialect_insert(s).on_conflict_do_nothing(), fresh)
+        return earlier
 
     def unseen_runs(self, pass_id: int, since_ms: int, until_ms: int, after: tuple[int, str],
                     limit: int) -> list[dict[str, Any]]:

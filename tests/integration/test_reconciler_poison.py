@@ -1,5 +1,6 @@
 """No accepted callback and no value 2.x can store stops reconciliation: a value no rule can judge is a
-mismatch of its own kind, repeats of one execution are harmless, and a failed pass records its real cause."""
+mismatch of its own kind, repeats of one execution are counted and never compared, and a failed pass records
+its real cause."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.integration.test_reconciler import world as world_of_test_reconciler
 world = world_of_test_reconciler  # the same 2.x double, shadow store and reconciler, on each store backend
 
 INVALID = "invalid_legacy_value"
+REPLAYED = "legacy_duplicate_instance"
 JS_MAX_SAFE = 2**53 - 1  # the largest integer a JS number holds exactly: Joi and Sequelize pass it through
 FAR_AHEAD = NOW + 30 * 86_400
 
@@ -137,32 +139,38 @@ def test_a_pass_survives_any_value_in_a_crontabs_row(world: World, column: str, 
     assert invalid_diffs(world) == ([{f"Crontabs.{column}": defect}] if defect else [])
 
 
-def test_one_id_sent_501_times_spans_two_batches_harmlessly(world: World) -> None:
+def test_one_id_sent_501_times_is_one_execution_counted_across_two_batches(world: World) -> None:
     c = cron(world)
     ids = ",".join(f'"{c}"' for _ in range(501))  # Joi takes the array as it is: 2.x opens 501 instances
     body = (f'{{"ids":[{ids}],"status":"0","pid":"46","log_path":"many.log",'
             f'"last_execution_time":{BEGIN},"last_running_time":0}}').encode()
     assert world.via_bridge(body) == 200
-    assert len(world.data.instance_rows(c)) == 501
-    assert world.reconcile() == []
-    assert world.reconcile() == []
+    rows = world.data.instance_rows(c)
+    assert len(rows) == 501
+    assert world.reconcile() == [(REPLAYED, c)]
+    (found,) = world.store.open_mismatches(REPLAYED)
+    assert json.loads(found["diff"]) == {"rows": 501, "instances": [{"id": r["id"], "status": "running"}
+                                                                    for r in rows[:20]]}  # the first 20 named
+    assert world.reconcile() == [(REPLAYED, c)]
 
 
-def test_a_replayed_start_in_a_later_batch_is_harmless(world: World) -> None:
+def test_a_replayed_start_in_a_later_batch_is_counted_and_not_compared(world: World) -> None:
     world.reconciler._settings = ReconcileSettings(grace_s=0, batch_size=2)  # noqa: SLF001 - the setting under test
     c, others = cron(world), [cron(world) for _ in range(3)]
     world.via_bridge(start(c, 47, "r.log"))
     for n, other in enumerate(others):
         world.via_bridge(start(other, 48 + n, "o.log"))
     world.direct(start(c, 47, "r.log"))  # the same start again, three rows later
-    assert world.reconcile() == []
+    assert world.reconcile() == [(REPLAYED, c)]
+    (found,) = world.store.open_mismatches(REPLAYED)
+    assert json.loads(found["diff"])["rows"] == 2
 
 
 def test_marking_runs_seen_tolerates_repeats_in_one_call_and_across_calls(sql_backend: Backend) -> None:
     store = ReconcileStore(sql_backend.engine)  # type: ignore[arg-type]
     pass_id = store.open_pass(int(time.time() * 1000))
-    store.mark_seen(pass_id, ["run-a", "run-a", "run-b"])
-    store.mark_seen(pass_id, ["run-b", "run-c"])
+    assert store.mark_seen(pass_id, ["run-a", "run-a", "run-b"]) == set()
+    assert store.mark_seen(pass_id, ["run-b", "run-c"]) == {"run-b"}  # matched in an earlier batch of the pass
     with store.read() as conn:
         assert conn.execute(select(func.count()).select_from(reconcile_seen_table)).scalar() == 3
 
