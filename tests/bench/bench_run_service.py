@@ -40,7 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,8 +66,17 @@ from bridge.domain.model import (
 from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
 from bridge.service.run_service import RunService
-from bridge.storage.engine import make_engine
+from bridge.storage.engine import SQLITE_CACHE_KIB, make_engine
 from bridge.storage.migrate import upgrade
+from bridge.storage.runs import (
+    _INSERT_ATTEMPT,
+    _INSERT_EVENT,
+    _INSERT_RUN,
+    _SELECT_ATTEMPT,
+    _SELECT_RUN,
+    _UPDATE_ATTEMPT,
+    _UPDATE_RUN,
+)
 from bridge.storage.schema import run_attempts_table, run_events_table, runs_table
 from bridge.storage.unit_of_work import SqlUnitOfWork
 
@@ -139,19 +148,14 @@ def service_lifecycle(svc: RunService, lat: list[list[int]], probe: Probe = time
 
 
 # --------------------------------------------------------------------------------------------------
-# Implementation B: the same transactions with the raw DB-API driver
+# Implementation B: the same statements, replayed with the raw DB-API driver
 # --------------------------------------------------------------------------------------------------
 
 RUN_COLS = tuple(c.name for c in runs_table.columns)
 ATT_COLS = tuple(c.name for c in run_attempts_table.columns)
 EVT_COLS = tuple(c.name for c in run_events_table.columns)
-assert RUN_COLS[0] == "id" and ATT_COLS[0] == "id"
 _R = {name: i for i, name in enumerate(RUN_COLS)}
 _A = {name: i for i, name in enumerate(ATT_COLS)}
-R_ID, R_STATUS, R_VERSION, R_EVSEQ = _R["id"], _R["status"], _R["version"], _R["event_sequence"]
-R_QUEUED, R_STARTED, R_FINISHED = _R["queued_at_ms"], _R["started_at_ms"], _R["finished_at_ms"]
-A_RUN_ID, A_STATUS, A_SEQ = _A["run_id"], _A["status"], _A["callback_sequence"]
-A_STARTED, A_FINISHED, A_EXIT = _A["started_at_ms"], _A["finished_at_ms"], _A["exit_code"]
 
 RUN_NEXT = {k.value: frozenset(v.value for v in vs) for k, vs in RUN_TRANSITIONS.items()}
 ATTEMPT_NEXT = {k.value: frozenset(v.value for v in vs) for k, vs in ATTEMPT_TRANSITIONS.items()}
@@ -174,71 +178,109 @@ class RawConflict(Exception):
     pass
 
 
-class RawStore:
-    """RunService + SqlRunStore's transactions, hand-written against a DB-API connection.
+@dataclass(frozen=True)
+class Statement:
+    """One SQL text exactly as SqlRunStore sends it to the driver, and the order of its positional parameters
+    (None: the driver takes named parameters, a dict)."""
 
-    ``begin`` is the explicit BEGIN statement (SQLite: BEGIN IMMEDIATE, as engine.py issues for writes) or
-    None where the driver opens the transaction implicitly (psycopg, exactly as under SQLAlchemy).
+    sql: str
+    order: tuple[str, ...] | None
+
+    @classmethod
+    def of(cls, prepared: Any, dialect: Any) -> Statement:
+        # _Prepared._for is where SqlRunStore compiles its statements once per dialect: the texts are taken from
+        # there, not written again here, so the two sides cannot drift apart.
+        sql, order, defaults = prepared._for(dialect)
+        assert not defaults, f"a statement with parameters the raw side does not fill: {defaults}"
+        return cls(sql, order)
+
+    def args(self, values: dict[str, Any]) -> Any:
+        return values if self.order is None else tuple(values[name] for name in self.order)
+
+
+class RawStore:
+    """RunService's four commands, hand-written against one DB-API connection, replaying SqlRunStore's statements.
+
+    Statement for statement what RunService sends today (`bridge/storage/runs.py`, `SqlUnitOfWork`): the same
+    SQL texts, one cursor per statement, the events as one ``executemany`` (even for one row), the same CAS
+    conditions and row-count checks. SQLite: ``BEGIN IMMEDIATE`` first, as engine.py issues for writes.
+    PostgreSQL: the transaction opened implicitly by psycopg and the same pipelines as `_execute_all`: a
+    command's first read carries the BEGIN (a pipeline of one statement), the writes of a change go out
+    together in one pipeline, COMMIT on its own.
     """
 
-    def __init__(self, conn: Any, *, placeholder: str, begin: str | None) -> None:
-        p = placeholder
+    def __init__(self, conn: Any, dialect: Any, *, begin: str | None, pipeline: bool) -> None:
         self.conn = conn
         self.begin = begin
-        self.select_run = f"SELECT {', '.join(RUN_COLS)} FROM runs WHERE id = {p}"
-        self.select_attempt = f"SELECT {', '.join(ATT_COLS)} FROM run_attempts WHERE id = {p}"
-        self.insert_run = f"INSERT INTO runs ({', '.join(RUN_COLS)}) VALUES ({', '.join([p] * len(RUN_COLS))})"
-        self.insert_attempt = (f"INSERT INTO run_attempts ({', '.join(ATT_COLS)}) "
-                               f"VALUES ({', '.join([p] * len(ATT_COLS))})")
-        self.insert_events = (f"INSERT INTO run_events ({', '.join(EVT_COLS)}) "
-                              f"VALUES ({', '.join([p] * len(EVT_COLS))})")
-        # Every column but id is written, as SqlRunStore._write_run / _write_attempt do.
-        self.update_run = (f"UPDATE runs SET {', '.join(f'{c} = {p}' for c in RUN_COLS[1:])} "
-                           f"WHERE id = {p} AND version = {p}")
-        self.update_attempt = (f"UPDATE run_attempts SET {', '.join(f'{c} = {p}' for c in ATT_COLS[1:])} "
-                               f"WHERE id = {p} AND status = {p} AND callback_sequence = {p}")
+        self.pipeline = pipeline
+        self.select_run = Statement.of(_SELECT_RUN, dialect)
+        self.select_attempt = Statement.of(_SELECT_ATTEMPT, dialect)
+        self.insert_run = Statement.of(_INSERT_RUN, dialect)
+        self.insert_attempt = Statement.of(_INSERT_ATTEMPT, dialect)
+        self.insert_event = Statement.of(_INSERT_EVENT, dialect)
+        self.update_run = Statement.of(_UPDATE_RUN, dialect)
+        self.update_attempt = Statement.of(_UPDATE_ATTEMPT, dialect)
+
+    def _send(self, statements: list[tuple[Statement, Any]], *, opens: bool = False) -> list[Any]:
+        """Each statement on its own cursor; on PostgreSQL in one pipeline when several are sent, or when one
+        opens the transaction (as `_pipeline_for` decides). Returns the cursors, results read after the sync."""
+        batched = self.pipeline and (len(statements) > 1 or opens)
+        cursors = []
+        with self.conn.pipeline() if batched else nullcontext():
+            for statement, args in statements:
+                cursor = self.conn.cursor()
+                cursors.append(cursor)
+                if isinstance(args, list):
+                    cursor.executemany(statement.sql, args)
+                else:
+                    cursor.execute(statement.sql, args)
+        return cursors
+
+    def _read_one(self, statement: Statement, args: Any, *, opens: bool) -> Any:
+        cursor = self._send([(statement, args)], opens=opens)[0]
+        try:
+            return cursor.fetchone()
+        finally:
+            cursor.close()
+
+    def _begin(self) -> None:
+        if self.begin:
+            cursor = self.conn.cursor()
+            cursor.execute(self.begin)
+            cursor.close()
 
     def create(self) -> tuple[str, str]:
         """create_run + build: insert the Run (dispatching, v0), Attempt 1 (claimed) and 4 events."""
         at_ms = time.time_ns() // 1_000_000
-        run_id = new_id()
-        run: list[Any] = [None] * len(RUN_COLS)
-        run[R_ID] = run_id
-        run[_R["project_id"]], run[_R["task_id"]], run[_R["task_revision"]] = PROJECT, TASK, REVISION
-        run[_R["legacy_cron_id"]], run[_R["trigger_type"]] = CRON_ID, TRIGGER_TYPE
-        run[R_STATUS], run[R_VERSION], run[R_EVSEQ], run[_R["priority"]] = "dispatching", 0, 4, 0
-        run[_R["request_fingerprint"]] = _fingerprint()
-        run[_R["created_at_ms"]] = run[R_QUEUED] = at_ms
-        run[_R["synthesized"]] = False
-        attempt_id = new_id()
-        att: list[Any] = [None] * len(ATT_COLS)
-        att[_A["id"]], att[A_RUN_ID], att[_A["attempt"]], att[A_STATUS] = attempt_id, run_id, 1, "claimed"
-        att[_A["executor_type"]], att[_A["pid"]], att[A_SEQ] = EXECUTOR, PID, 0
-        att[_A["created_at_ms"]], att[_A["synthesized"]] = at_ms, False
+        run_id, attempt_id = new_id(), new_id()
+        run = dict.fromkeys(RUN_COLS)
+        run.update(id=run_id, project_id=PROJECT, task_id=TASK, task_revision=REVISION, legacy_cron_id=CRON_ID,
+                   trigger_type=TRIGGER_TYPE, status="dispatching", version=0, event_sequence=4, priority=0,
+                   request_fingerprint=_fingerprint(), created_at_ms=at_ms, queued_at_ms=at_ms, synthesized=False)
+        att = dict.fromkeys(ATT_COLS)
+        att.update(id=attempt_id, run_id=run_id, attempt=1, status="claimed", executor_type=EXECUTOR, pid=PID,
+                   callback_sequence=0, created_at_ms=at_ms, synthesized=False)
         actor_type, actor_id = ACTOR.type.value, ACTOR.id
-        events = [
-            (new_id(), run_id, 1, "run.created", None, actor_type, actor_id, None, None, _dumps({}), at_ms),
-            (new_id(), run_id, 2, "run.queued", None, actor_type, actor_id, None, None,
-             _dumps({"from": "created", "to": "queued"}), at_ms),
-            (new_id(), run_id, 3, "run.dispatching", None, actor_type, actor_id, None, None,
-             _dumps({"from": "queued", "to": "dispatching"}), at_ms),
-            (new_id(), run_id, 4, "attempt.claimed", None, actor_type, actor_id, attempt_id, None,
-             _dumps({"attempt": 1}), at_ms),
-        ]
-        conn = self.conn
-        cur = conn.cursor()
+
+        def event(sequence: int, kind: str, payload: dict[str, Any], attempt: str | None = None) -> Any:
+            return self.insert_event.args({
+                "id": new_id(), "run_id": run_id, "sequence": sequence, "type": kind, "dedupe_key": None,
+                "actor_type": actor_type, "actor_id": actor_id, "attempt_id": attempt, "step_run_id": None,
+                "payload": _dumps(payload), "created_at_ms": at_ms})
+
+        events = [event(1, "run.created", {}), event(2, "run.queued", {"from": "created", "to": "queued"}),
+                  event(3, "run.dispatching", {"from": "queued", "to": "dispatching"}),
+                  event(4, "attempt.claimed", {"attempt": 1}, attempt_id)]
         try:
-            if self.begin:
-                cur.execute(self.begin)
-            cur.execute(self.insert_run, run)
-            cur.execute(self.insert_attempt, att)
-            cur.executemany(self.insert_events, events)
-            conn.commit()
+            self._begin()
+            for cursor in self._send([(self.insert_run, self.insert_run.args(run)),
+                                      (self.insert_attempt, self.insert_attempt.args(att)),
+                                      (self.insert_event, events)]):
+                cursor.close()
+            self.conn.commit()
         except BaseException:
-            conn.rollback()
+            self.conn.rollback()
             raise
-        finally:
-            cur.close()
         return run_id, attempt_id
 
     def transition_attempt(self, run_id: str, attempt_id: str, to: str, expected_version: int,
@@ -250,72 +292,63 @@ class RawStore:
         """
         at_ms = time.time_ns() // 1_000_000
         key = f"attempt-transition:{attempt_id}:{expected_seq}:{to}"
-        conn = self.conn
-        cur = conn.cursor()
         try:
-            if self.begin:
-                cur.execute(self.begin)
-            cur.execute(self.select_run, (run_id,))
-            row = cur.fetchone()
-            if row is None:
-                raise RawConflict(f"run {run_id} not found")
+            self._begin()
+            row = self._read_one(self.select_run, self.select_run.args({"b_id": run_id}), opens=True)
             # Like RunService: no dedupe pre-read on the happy path; the unique (run_id, dedupe_key)
             # index refuses a replay, and the key is looked up only after a refusal.
-            if row[R_VERSION] != expected_version:
-                raise RawConflict("run version")
-            cur.execute(self.select_attempt, (attempt_id,))
-            arow = cur.fetchone()
-            if (arow is None or arow[A_RUN_ID] != run_id or arow[A_STATUS] != expected_status
-                    or arow[A_SEQ] != expected_seq):
+            if row is None or row[_R["version"]] != expected_version:
+                raise RawConflict("run missing or version")
+            arow = self._read_one(self.select_attempt, self.select_attempt.args({"b_id": attempt_id}), opens=False)
+            if (arow is None or arow[_A["run_id"]] != run_id or arow[_A["status"]] != expected_status
+                    or arow[_A["callback_sequence"]] != expected_seq):
                 raise RawConflict("attempt status/sequence")
             if to not in ATTEMPT_NEXT[expected_status]:
                 raise RawConflict(f"attempt {expected_status}->{to}")
-            att = list(arow)
-            att[A_STATUS], att[A_SEQ] = to, expected_seq + 1
+            att = dict(zip(ATT_COLS, arow, strict=True))
+            att.update(status=to, callback_sequence=expected_seq + 1)
             if to == "running":
-                if att[A_STARTED] is None:
-                    att[A_STARTED] = at_ms
-            elif to != "starting" and att[A_FINISHED] is None:
-                att[A_FINISHED] = at_ms
+                att["started_at_ms"] = att["started_at_ms"] or at_ms
+            elif to != "starting" and att["finished_at_ms"] is None:
+                att["finished_at_ms"] = at_ms
             payload: dict[str, Any] = {"from": expected_status, "to": to}
             if exit_code is not None:
-                att[A_EXIT] = exit_code
-                payload["exit_code"] = exit_code
+                att["exit_code"] = payload["exit_code"] = exit_code
             actor_type, actor_id = ACTOR.type.value, ACTOR.id
-            base_seq = row[R_EVSEQ]
-            events = [(new_id(), run_id, base_seq + 1, f"attempt.{to}", key, actor_type, actor_id, attempt_id,
-                       None, _dumps(payload), at_ms)]
-            run = list(row)
+            run = dict(zip(RUN_COLS, row, strict=True))
+            base_seq = run["event_sequence"]
+            events = [{"id": new_id(), "run_id": run_id, "sequence": base_seq + 1, "type": f"attempt.{to}",
+                       "dedupe_key": key, "actor_type": actor_type, "actor_id": actor_id, "attempt_id": attempt_id,
+                       "step_run_id": None, "payload": _dumps(payload), "created_at_ms": at_ms}]
             if run_to is not None:
-                current = run[R_STATUS]
+                current = run["status"]
                 if run_to not in RUN_NEXT[current]:
                     raise RawConflict(f"run {current}->{run_to}")
-                run[R_STATUS] = run_to
+                run["status"] = run_to
                 if run_to == "running":
-                    if run[R_STARTED] is None:
-                        run[R_STARTED] = at_ms
-                elif run_to in RUN_TERMINAL_VALUES and run[R_FINISHED] is None:
-                    run[R_FINISHED] = at_ms
-                events.append((new_id(), run_id, base_seq + 2, f"run.{run_to}", f"{key}#2", actor_type, actor_id,
-                               None, None, _dumps({"from": current, "to": run_to}), at_ms))
-            run[R_VERSION], run[R_EVSEQ] = expected_version + 1, base_seq + len(events)
-            cur.execute(self.update_run, (*run[1:], run_id, expected_version))
-            if cur.rowcount != 1:
-                raise RawConflict("run CAS")
-            cur.execute(self.update_attempt, (*att[1:], attempt_id, expected_status, expected_seq))
-            if cur.rowcount != 1:
-                raise RawConflict("attempt CAS")
-            # SQLAlchemy sends a one-row parameter list as a plain execute(); mirror that exactly.
-            if len(events) == 1:
-                cur.execute(self.insert_events, events[0])
-            else:
-                cur.executemany(self.insert_events, events)
-            conn.commit()
+                    run["started_at_ms"] = run["started_at_ms"] or at_ms
+                elif run_to in RUN_TERMINAL_VALUES and run["finished_at_ms"] is None:
+                    run["finished_at_ms"] = at_ms
+                events.append({"id": new_id(), "run_id": run_id, "sequence": base_seq + 2, "type": f"run.{run_to}",
+                               "dedupe_key": f"{key}#2", "actor_type": actor_type, "actor_id": actor_id,
+                               "attempt_id": None, "step_run_id": None,
+                               "payload": _dumps({"from": current, "to": run_to}), "created_at_ms": at_ms})
+            run.update(version=expected_version + 1, event_sequence=base_seq + len(events))
+            del run["id"], att["id"]
+            cursors = self._send([
+                (self.update_run, self.update_run.args({**run, "b_id": run_id, "b_version": expected_version})),
+                (self.update_attempt, self.update_attempt.args({**att, "b_id": attempt_id, "b_status": expected_status,
+                                                                "b_sequence": expected_seq})),
+                (self.insert_event, [self.insert_event.args(e) for e in events])])
+            counts = [cursor.rowcount for cursor in cursors]
+            for cursor in cursors:
+                cursor.close()
+            if counts[0] != 1 or counts[1] != 1:
+                raise RawConflict(f"CAS row counts {counts[:2]}")
+            self.conn.commit()
         except BaseException:
-            conn.rollback()
+            self.conn.rollback()
             raise
-        finally:
-            cur.close()
         return expected_version + 1, to, expected_seq + 1
 
 
@@ -350,16 +383,26 @@ class Env:
     raw_conn: Any
     placeholder: str
     info: dict[str, str] = field(default_factory=dict)
+    sqlite_path: Path | None = None
+
+    def raw_store(self, conn: Any) -> RawStore:
+        """The raw side on ``conn``: BEGIN IMMEDIATE on SQLite, psycopg's pipelines where RunService uses them."""
+        if self.name == "sqlite":
+            return RawStore(conn, self.engine.dialect, begin="BEGIN IMMEDIATE", pipeline=False)
+        return RawStore(conn, self.engine.dialect, begin=None, pipeline=psycopg.Pipeline.is_supported())
 
 
-def _sqlite_raw_connect(path: Path) -> sqlite3.Connection:
+def _sqlite_raw_connect(path: Path, factory: type[sqlite3.Connection] = sqlite3.Connection) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                           check_same_thread=False)
+                           check_same_thread=False, factory=factory)
     # The same PRAGMAs bridge.storage.engine applies on connect.
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor = conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
+    cursor.close()
     return conn
 
 
@@ -373,9 +416,10 @@ def sqlite_env() -> Iterator[Env]:
             upgrade(engine)
             svc = RunService(SqlUnitOfWork(engine), clock=SystemClock())
             raw_conn = _sqlite_raw_connect(path)
-            raw = RawStore(raw_conn, placeholder="?", begin="BEGIN IMMEDIATE")
             info = {"store": f"SQLite {sqlite3.sqlite_version} file (WAL, synchronous=NORMAL) in a temp dir"}
-            yield Env("sqlite", engine, svc, raw, raw_conn, "?", info)
+            env = Env("sqlite", engine, svc, None, raw_conn, "?", info, sqlite_path=path)  # type: ignore[arg-type]
+            env.raw = env.raw_store(raw_conn)
+            yield env
         finally:
             if raw_conn is not None:
                 raw_conn.close()
@@ -402,11 +446,12 @@ def postgres_env(url: str) -> Iterator[Env]:
         options = (f"-c statement_timeout={PG_STATEMENT_TIMEOUT_MS} -c lock_timeout={PG_STATEMENT_TIMEOUT_MS} "
                    f"-c search_path={schema}")
         raw_conn = psycopg.connect(conninfo, connect_timeout=5, options=options)
-        raw = RawStore(raw_conn, placeholder="%s", begin=None)
         sv = admin.info.server_version
         info = {"store": f"PostgreSQL {sv // 10000}.{sv % 10000} at {admin.info.host}:{admin.info.port}, "
                          f"fresh schema {schema} (dropped afterwards)"}
-        yield Env("postgres", engine, svc, raw, raw_conn, "%s", info)
+        env = Env("postgres", engine, svc, None, raw_conn, "%s", info)  # type: ignore[arg-type]
+        env.raw = env.raw_store(raw_conn)
+        yield env
     finally:
         if raw_conn is not None:
             raw_conn.close()
@@ -484,43 +529,103 @@ def measure(env: Env, n: int, blocks: int, warmup: int) -> dict[str, Sample]:
 # Fairness checks: statement audit and row shapes
 # --------------------------------------------------------------------------------------------------
 
-class _CountingCursor:
-    def __init__(self, cur: Any, counter: list[int]) -> None:
-        self._cur, self._counter = cur, counter
+class _SentLog:
+    """What both sides hand the DB-API driver, in order: each execute / executemany (with its row count), and
+    COMMIT / ROLLBACK when a transaction is open. Shared by every connection while the audit runs."""
 
-    def execute(self, *args: Any) -> _CountingCursor:
-        self._counter[0] += 1
-        self._cur.execute(*args)
-        return self
+    entries: list[str] | None = None
 
-    def executemany(self, *args: Any) -> None:
-        self._counter[0] += 1
-        self._cur.executemany(*args)
-
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    @property
-    def rowcount(self) -> int:
-        return self._cur.rowcount
-
-    def close(self) -> None:
-        self._cur.close()
+    @classmethod
+    def add(cls, entry: str) -> None:
+        if cls.entries is not None:
+            cls.entries.append(" ".join(entry.split()))
 
 
-class _CountingConnection:
-    def __init__(self, conn: Any, counter: list[int]) -> None:
-        self._conn, self._counter = conn, counter
+class _LoggedSqliteCursor(sqlite3.Cursor):
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        _SentLog.add(sql)
+        return super().execute(sql, parameters)
 
-    def cursor(self) -> _CountingCursor:
-        return _CountingCursor(self._conn.cursor(), self._counter)
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> Any:
+        rows = list(seq_of_parameters)
+        _SentLog.add(f"{sql} ×{len(rows)}")
+        return super().executemany(sql, rows)
+
+
+class _LoggedSqlite(sqlite3.Connection):
+    """sqlite3's connection with the cursors above (its C type cannot be patched, a subclass can)."""
+
+    def cursor(self, factory: Any = _LoggedSqliteCursor) -> Any:
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        _SentLog.add(sql)
+        return super().execute(sql, parameters)
 
     def commit(self) -> None:
-        self._counter[0] += 1
-        self._conn.commit()
+        if self.in_transaction:
+            _SentLog.add("COMMIT")
+        super().commit()
 
     def rollback(self) -> None:
-        self._conn.rollback()
+        if self.in_transaction:
+            _SentLog.add("ROLLBACK")
+        super().rollback()
+
+
+@contextmanager
+def _logging_psycopg() -> Iterator[None]:
+    """psycopg's Cursor.execute / executemany and Connection.commit / rollback, logged (Python classes)."""
+    cursor_cls, conn_cls = psycopg.Cursor, psycopg.Connection
+    originals = (cursor_cls.execute, cursor_cls.executemany, conn_cls.commit, conn_cls.rollback)
+
+    def execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        _SentLog.add(str(query))
+        return originals[0](self, query, params, **kw)
+
+    def executemany(self: Any, query: Any, params_seq: Any, **kw: Any) -> Any:
+        rows = list(params_seq)
+        _SentLog.add(f"{query} ×{len(rows)}")
+        return originals[1](self, query, rows, **kw)
+
+    def ending(name: str, original: Any) -> Any:
+        def end(self: Any) -> None:
+            if self.info.transaction_status != pq.TransactionStatus.IDLE:
+                _SentLog.add(name)
+            original(self)
+        return end
+
+    cursor_cls.execute, cursor_cls.executemany = execute, executemany  # type: ignore[method-assign,assignment]
+    conn_cls.commit, conn_cls.rollback = ending("COMMIT", originals[2]), ending("ROLLBACK", originals[3])  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cursor_cls.execute, cursor_cls.executemany, conn_cls.commit, conn_cls.rollback = originals  # type: ignore[method-assign]
+
+
+@contextmanager
+def _logged_sides(env: Env) -> Iterator[RawStore]:
+    """While open, both sides' driver calls go to _SentLog; yields the raw side to use meanwhile. On SQLite the
+    engine's pool is emptied so that its next connections are opened as _LoggedSqlite (its own settings and
+    listeners unchanged), and a raw connection of that class is opened beside them."""
+    if env.name == "postgres":
+        with _logging_psycopg():
+            yield env.raw
+        return
+
+    def logged_class(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+        cparams["factory"] = _LoggedSqlite
+
+    assert env.sqlite_path is not None
+    event.listen(env.engine, "do_connect", logged_class)
+    env.engine.dispose()
+    raw_conn = _sqlite_raw_connect(env.sqlite_path, factory=_LoggedSqlite)
+    try:
+        yield env.raw_store(raw_conn)
+    finally:
+        raw_conn.close()
+        event.remove(env.engine, "do_connect", logged_class)
+        env.engine.dispose()
 
 
 @contextmanager
@@ -552,79 +657,71 @@ def _round_trips(trace: Path, offset: int) -> tuple[int, int]:
 
 @dataclass
 class Audit:
-    statements: dict[str, list[int]]  # impl -> statements per command (incl. BEGIN, COMMIT, pool ping)
+    sent: dict[str, list[list[str]]]  # impl -> per command, what was handed to the driver, in order
     round_trips: dict[str, list[int]] | None  # PostgreSQL only, from the libpq trace
     notes: list[str]
 
+    @property
+    def statements(self) -> dict[str, list[int]]:
+        return {impl: [len(command) for command in commands] for impl, commands in self.sent.items()}
+
+    def differences(self) -> list[str]:
+        """Where the two sides handed the driver something different ([] = the same texts in the same order)."""
+        found = []
+        for i, (a, b) in enumerate(zip(self.sent[IMPLS[0]], self.sent[IMPLS[1]], strict=True)):
+            if a != b:
+                found.append(f"command {i + 1}: RunService sent {len(a)}, raw {len(b)}; first difference: "
+                             + next((f"{x[:90]!r} vs {y[:90]!r}" for x, y in zip(a, b, strict=False) if x != y),
+                                    "one side sent more"))
+        return found
+
+
+def _per_command(lifecycle: Callable[[list[list[int]], Probe], str]) -> list[list[str]]:
+    """Run one lifecycle and cut the log into its four commands."""
+    assert _SentLog.entries is not None
+    entries = _SentLog.entries
+    cuts: list[list[int]] = [[], [], [], []]
+    entries.clear()
+    lifecycle(cuts, lambda: len(entries))
+    ends = [0]
+    for cut in cuts:  # probe deltas per command -> positions
+        ends.append(ends[-1] + cut[0])
+    return [entries[ends[i]:ends[i + 1]] for i in range(4)]
+
 
 def audit(env: Env) -> Audit:
-    """Run one extra lifecycle per implementation, counting what each command sends to the driver."""
-    counter = [0]
-    probe: Probe = lambda: counter[0]  # noqa: E731 - lifecycles record probe deltas per command
-
-    def on_execute(*_: Any) -> None:
-        counter[0] += 1
-
-    def on_commit(*_: Any) -> None:
-        counter[0] += 1
-
-    dialect = env.engine.dialect
-    pings = [0]
-    original_ping = dialect.do_ping
-
-    def counting_ping(dbapi_connection: Any) -> bool:
-        counter[0] += 1
-        pings[0] += 1
-        return original_ping(dbapi_connection)
-
-    statements: dict[str, list[int]] = {}
-    round_trips: dict[str, list[int]] | None = None
+    """One more lifecycle per side with every driver call logged: the texts handed to the driver per command
+    (BEGIN, reads, writes, COMMIT), and for PostgreSQL the round trips from a libpq trace."""
     notes: list[str] = []
-    pings_per_lifecycle = 0
-
-    event.listen(env.engine, "before_cursor_execute", on_execute)
-    event.listen(env.engine, "commit", on_commit)
-    dialect.do_ping = counting_ping  # type: ignore[method-assign]
+    _SentLog.entries = []
     try:
-        lat: list[list[int]] = [[], [], [], []]
-        service_lifecycle(env.svc, lat, probe)
-        statements[IMPLS[0]] = [x[0] for x in lat]
-        lat = [[], [], [], []]
-        counted = RawStore(_CountingConnection(env.raw_conn, counter), placeholder=env.placeholder,
-                           begin=env.raw.begin)
-        raw_lifecycle(counted, lat, probe)
-        statements[IMPLS[1]] = [x[0] for x in lat]
-        pings_per_lifecycle = pings[0]
-
-        if env.name == "postgres":
-            with env.engine.connect() as c:  # the pool's (only) connection, reused by every command
-                sa_pgconn = c.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
-            with _pg_trace([sa_pgconn, env.raw_conn.pgconn]) as trace:
-                offset, trips = [0], [0]
-
-                def rt_probe() -> int:
-                    n, offset[0] = _round_trips(trace, offset[0])
-                    trips[0] += n
-                    return trips[0]
-
-                lat = [[], [], [], []]
-                service_lifecycle(env.svc, lat, rt_probe)
-                rts = {IMPLS[0]: [x[0] for x in lat]}
-                lat = [[], [], [], []]
-                raw_lifecycle(env.raw, lat, rt_probe)
-                rts[IMPLS[1]] = [x[0] for x in lat]
-                round_trips = rts
-            notes.append("PostgreSQL round trips (libpq trace: Query + Sync messages) include psycopg's implicit "
-                         "BEGIN on both sides; the events executemany is one pipelined round trip on both.")
+        with _logged_sides(env) as raw:
+            service_lifecycle(env.svc, [[], [], [], []])  # opens (and logs the settings of) the new connections
+            sent = {IMPLS[0]: _per_command(lambda lat, probe: service_lifecycle(env.svc, lat, probe)),
+                    IMPLS[1]: _per_command(lambda lat, probe: raw_lifecycle(raw, lat, probe))}
     finally:
-        dialect.do_ping = original_ping  # type: ignore[method-assign]
-        event.remove(env.engine, "before_cursor_execute", on_execute)
-        event.remove(env.engine, "commit", on_commit)
-    if pings_per_lifecycle:
-        notes.append(f"RunService's engine is built with pool_pre_ping=True: {pings_per_lifecycle} pool ping(s) "
-                     f"per lifecycle (one round trip per command, counted above), which the raw connection does "
-                     f"not do.")
-    return Audit(statements, round_trips, notes)
+        _SentLog.entries = None
+    round_trips = None
+    if env.name == "postgres":
+        with env.engine.connect() as c:  # the pool's (only) connection, reused by every command
+            sa_pgconn = c.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+        with _pg_trace([sa_pgconn, env.raw_conn.pgconn]) as trace:
+            offset, trips = [0], [0]
+
+            def rt_probe() -> int:
+                n, offset[0] = _round_trips(trace, offset[0])
+                trips[0] += n
+                return trips[0]
+
+            lat: list[list[int]] = [[], [], [], []]
+            service_lifecycle(env.svc, lat, rt_probe)
+            round_trips = {IMPLS[0]: [x[0] for x in lat]}
+            lat = [[], [], [], []]
+            raw_lifecycle(env.raw, lat, rt_probe)
+            round_trips[IMPLS[1]] = [x[0] for x in lat]
+        notes.append("PostgreSQL: statements are the driver calls (psycopg opens the transaction itself, inside "
+                     "the first pipeline on both sides); round trips are the libpq trace's Query + Sync messages.")
+    return Audit(sent, round_trips, notes)
 
 
 def _shape(conn: Any, p: str, run_id: str) -> dict[str, Any]:
@@ -821,26 +918,34 @@ def print_results(console: Console, results: list[Result], args: argparse.Namesp
         per_cmd.add_section()
     console.print(per_cmd)
 
-    fair = Table(title="Fairness audit: statements per command (incl. BEGIN, COMMIT, pool ping) "
-                       "(PostgreSQL: + server round trips, rt)")
+    fair = Table(title="Fairness audit: driver calls per command, counted in the DB-API driver (BEGIN, reads, "
+                       "writes, COMMIT; PostgreSQL: + server round trips, rt)")
     fair.add_column("backend")
     fair.add_column("implementation")
     for c in COMMANDS:
         fair.add_column(c, justify="right")
+    fair.add_column("statement texts", justify="left")
     fair.add_column("row shapes", justify="left")
     for r in results:
+        differences = r.audit.differences()
         for impl in IMPLS:
             st = r.audit.statements[impl]
             rt = r.audit.round_trips[impl] if r.audit.round_trips else None
             cells = [f"{st[i]}" + (f" ({rt[i]} rt)" if rt else "") for i in range(4)]
+            texts = ("identical, same order" if not differences else f"{len(differences)} command(s) differ") \
+                if impl == IMPLS[0] else ""
             shapes = ("identical" if not r.shape_diffs else f"{len(r.shape_diffs)} difference(s)") \
                 if impl == IMPLS[0] else ""
-            fair.add_row(r.env_name, impl, *cells, shapes)
+            fair.add_row(r.env_name, impl, *cells, texts, shapes)
         fair.add_section()
     console.print(fair)
     for r in results:
         for note in r.audit.notes:
             console.print(f"  [{r.env_name}] note: {note}")
+        for d in r.audit.differences():
+            console.print(f"  [{r.env_name}] statement difference: {d}")
+        if r.audit.round_trips and r.audit.round_trips[IMPLS[0]] != r.audit.round_trips[IMPLS[1]]:
+            console.print(f"  [{r.env_name}] round trips differ: {r.audit.round_trips}")
         for d in r.shape_diffs:
             console.print(f"  [{r.env_name}] row-shape difference: {d}")
 
