@@ -2,7 +2,8 @@
 
     python -m tests.bench.bench_shadow_http [--pairs N] [--rss-callbacks M] [--backend sqlite|postgres]
                                             [--pg-url URL] [--blocks B] [--threads T] [--throughput-seconds S]
-                                            [--budget-ms MS] [--newconn-pairs K] [--double-nagle] [--reconciler]
+                                            [--throughput-rounds R] [--budget-ms MS] [--newconn-pairs K]
+                                            [--double-nagle] [--reconciler]
 
 What runs (all on loopback, all started and always stopped by this script):
 
@@ -30,9 +31,14 @@ Phases:
      One persistent httpx.Client per target (keep-alive), then a smaller "new connection per call" variant
      (max_keepalive_connections=0: connect, request, close - closer to the shell's curl). perf_counter_ns around
      each request. The target compares shadow-on p50 with pass-through-only p50.
-  2. Throughput. T client threads (keep-alive) for S seconds per target, shadow-on first; then the run_events
-     per run and the runs created vs executions sent are counted in the store (after the bridges stopped and
-     their shadow lanes drained).
+  2. Throughput. T client threads (keep-alive) for S seconds per target, in R rounds; each round visits every
+     target once, starting one target later than the round before (ABCD, BCDA, ...), so no side always runs
+     first or last. Besides direct / pass-through / shadow-on, a bare gunicorn + Flask app answering
+     every PUT with 2.x's JSON (one process, gthread, T threads; skipped when gunicorn is not installed) gives a
+     floor for a Python HTTP service on this machine. Each ratio (shadow-on ÷ pass-through, ÷ bare, ÷ direct) is
+     taken within a round and printed as its range over the rounds. Then the run_events per run and the runs
+     created vs executions sent are counted in the store (after the bridges stopped and their shadow lanes
+     drained).
   3. RSS. A FRESH shadow-on bridge; VmRSS of the `bridge serve` process (it serves
      itself) at boot (raw-before), after ~2,000 warm-up callbacks
      (warm-before), every 10,000 callbacks, and after M callbacks sent by T threads (after); with its thread
@@ -111,7 +117,7 @@ CRONS = (
     ("quarter", "task quarter.js", "*/15 * * * *"),
     ("two-hourly", "task two_hourly.py", "0 */2 * * *"),
 )
-DIRECT, PASS, SHADOW = "direct", "pass-through", "shadow-on"
+DIRECT, PASS, SHADOW, BARE = "direct", "pass-through", "shadow-on", "bare gunicorn+Flask"
 
 console = Console(width=150)
 
@@ -310,6 +316,64 @@ def bridge_server(name: str, env: dict[str, str], url: str, log_path: Path) -> I
         proc.terminate()  # SIGTERM: the bridge drains in-flight requests and its shadow lanes
         try:
             proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+# The floor: a Flask app that reads the JSON body and answers every PUT the way 2.x does, under gunicorn.
+BARE_APP = """
+from flask import Flask, jsonify, request
+
+app = Flask(__name__)
+
+
+@app.route("/<path:path>", methods=["PUT"])
+def put(path):
+    request.get_json(silent=True)
+    return jsonify(code=200)
+"""
+
+
+@dataclass
+class BareHandle:
+    url: str
+    worker: int  # gunicorn's one worker process
+
+
+@contextmanager
+def bare_server(root: Path, threads: int, log_path: Path) -> Iterator[BareHandle | None]:
+    """gunicorn (one gthread worker, ``threads`` threads, keep-alive) serving BARE_APP; None without gunicorn."""
+    try:
+        import gunicorn  # noqa: F401 - only whether it is installed
+    except ImportError:
+        console.print(f"[yellow]gunicorn is not installed: no {BARE} side (pip install gunicorn)[/]")
+        yield None
+        return
+    (root / "bare_app.py").write_text(BARE_APP)
+    port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--chdir", str(root), "-b", f"127.0.0.1:{port}",
+                                 "-w", "1", "-k", "gthread", "--threads", str(threads), "--keep-alive", "30",
+                                 "bare_app:app"], stdout=subprocess.DEVNULL, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.put(f"{url}/open/crons/status", json={}, timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{BARE} did not start: " + log_path.read_text(errors="replace")[-600:])
+            time.sleep(0.1)
+        workers = child_pids(proc.pid)
+        yield BareHandle(url, workers[0] if workers else proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
@@ -657,7 +721,8 @@ class Results:
     timings: dict[str, float] = field(default_factory=dict)
     lat_keep: LatencyResult | None = None
     lat_new: LatencyResult | None = None
-    loads: dict[str, LoadResult] = field(default_factory=dict)
+    loads: dict[str, LoadResult] = field(default_factory=dict)  # the RSS run
+    throughput: dict[str, list[LoadResult]] = field(default_factory=dict)  # per target, one per round
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # shadow-on worker's /metrics after a phase
     rss: dict[str, Any] = field(default_factory=dict)
     store: StoreReport | None = None
@@ -673,7 +738,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pg-url", default=os.environ.get("BRIDGE_TEST_POSTGRES_URL") or DEFAULT_PG_URL)
     parser.add_argument("--blocks", type=int, default=20, help="interleaved latency blocks per target")
     parser.add_argument("--threads", type=int, default=4, help="client threads for throughput and RSS")
-    parser.add_argument("--throughput-seconds", type=float, default=10.0, help="per target (0: skip)")
+    parser.add_argument("--throughput-seconds", type=float, default=6.0, help="per target and round (0: skip)")
+    parser.add_argument("--throughput-rounds", type=int, default=3, help="rounds over all targets")
     parser.add_argument("--budget-ms", type=int, default=50, help="BRIDGE_SHADOW_BUDGET_MS")
     parser.add_argument("--double-nagle", action="store_true", help="leave Nagle on in the 2.x double "
                         "(stock http.server; adds a ~40 ms delayed-ACK stall to every kept-alive reply)")
@@ -696,7 +762,8 @@ def main(argv: list[str] | None = None) -> int:
                            cwd=Path(__file__).resolve().parents[2]).stdout.strip()
     console.print(f"[bold]bench_shadow_http[/] backend={args.backend} pairs={args.pairs} "
                   f"newconn-pairs={args.newconn_pairs} blocks={args.blocks} threads={args.threads} "
-                  f"throughput={args.throughput_seconds:g}s rss-callbacks={args.rss_callbacks:,} "
+                  f"throughput={args.throughput_rounds}x{args.throughput_seconds:g}s "
+                  f"rss-callbacks={args.rss_callbacks:,} "
                   f"budget={args.budget_ms}ms double-nodelay={not args.double_nagle} "
                   f"reconciler={'on' if args.reconciler else 'off'}")
     console.print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cores, "
@@ -773,7 +840,12 @@ def run(res: Results, root: Path) -> None:
             res.metrics["latency"] = shadow.metrics()
             if args.throughput_seconds > 0:
                 workers = {SHADOW: shadow.worker_pid(), PASS: passthru.worker_pid()}
-                throughput_phase(res, targets, workers, data.system_token, work, double)
+                bare = bridges.enter_context(bare_server(root, args.threads, root / "bare.log"))
+                sides = dict(targets)
+                if bare is not None:
+                    sides[BARE] = bare.url
+                    workers[BARE] = bare.worker
+                throughput_phase(res, sides, workers, data.system_token, work, double)
             res.metrics["throughput"] = shadow.metrics()
 
         if args.rss_callbacks > 0:  # phase 3: a fresh shadow-on bridge
@@ -812,18 +884,28 @@ def latency_phases(res: Results, targets: dict[str, str], token: str, work: Work
     res.timings["latency"] = time.perf_counter() - began
 
 
+def round_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """Each round visits every name once, starting one later than the round before (ABCD, BCDA, CDAB, ...): over
+    len(names) rounds each name runs once in every position, so drift and noise meet every side alike."""
+    return [names[r % len(names):] + names[:r % len(names)] for r in range(rounds)]
+
+
 def throughput_phase(res: Results, targets: dict[str, str], workers: dict[str, int], token: str, work: Workload,
                      double: DoubleHandle) -> None:
+    """Every target once per round, for ``--throughput-seconds`` each, in the orders of ``round_orders``."""
     args = res.args
     began = time.perf_counter()
     double.autoprune(True)
-    for name in (SHADOW, PASS, DIRECT):
-        double.prune()
-        console.print(f"[bold]phase 2[/] throughput: {name}, {args.threads} threads, {args.throughput_seconds:g} s "
-                      f"... ({load_avg()})")
-        pids = {"2.x double": double.pid} | ({"bridge worker": workers[name]} if name in workers else {})
-        res.loads[name] = concurrent_load(targets[name], token, work, res.tally if name == SHADOW else None,
-                                          threads=args.threads, seconds=args.throughput_seconds, cpu_pids=pids)
+    for round_no, order in enumerate(round_orders(list(targets), args.throughput_rounds)):
+        for name in order:
+            double.prune()
+            console.print(f"[bold]phase 2[/] throughput, round {round_no + 1}/{args.throughput_rounds}: {name}, "
+                          f"{args.threads} threads, {args.throughput_seconds:g} s ... ({load_avg()})")
+            pids = ({"2.x double": double.pid} if name != BARE else {}) | (
+                {"bridge worker": workers[name]} if name in workers else {})
+            res.throughput.setdefault(name, []).append(concurrent_load(
+                targets[name], token, work, res.tally if name == SHADOW else None, threads=args.threads,
+                seconds=args.throughput_seconds, cpu_pids=pids))
     res.timings["throughput"] = time.perf_counter() - began
 
 
@@ -878,6 +960,49 @@ def rss_phase(res: Results, bridge: BridgeHandle, token: str, work: Workload, do
     rss["after"] = sample()
 
 
+def spread(values: list[float], digits: int = 2) -> str:
+    """min–max (median) of one figure over the rounds."""
+    if not values:
+        return "-"
+    return f"{min(values):.{digits}f}–{max(values):.{digits}f} ({statistics.median(values):.{digits}f})"
+
+
+def throughput_report(res: Results) -> None:
+    """Per target, each figure's range over the rounds; then the ratios, each taken within one round."""
+    args = res.args
+    rounds = res.throughput
+    table = Table("target", "callbacks ok / errors", "callbacks/s", "p50 ms", "p99 ms", "CPU ms/callback: worker",
+                  "double", "client", title=f"Throughput, {args.threads} keep-alive clients, {args.throughput_rounds} "
+                  f"rounds × {args.throughput_seconds:g} s per target: min–max (median) over the rounds")
+    for name, loads in rounds.items():
+
+        def cpu(label: str, loads: list[LoadResult] = loads) -> str:
+            used = [1000 * x.cpu_s[label] / x.callbacks_ok for x in loads if label in x.cpu_s and x.callbacks_ok]
+            return spread(used)
+
+        table.add_row(name, f"{sum(x.callbacks_ok for x in loads):,} / {sum(x.errors for x in loads)}",
+                      spread([x.rate for x in loads], 0), spread([x.latency.summary()["p50"] for x in loads]),
+                      spread([x.latency.summary()["p99"] for x in loads]), cpu("bridge worker"), cpu("2.x double"),
+                      cpu("load generator"))
+    console.print(table)
+    if SHADOW not in rounds:
+        return
+    ratios = Table("ratio, within each round", "min–max (median)", "per round",
+                   title="Throughput ratios (callbacks/s)")
+    for other in (PASS, BARE, DIRECT):
+        if other in rounds:
+            per_round = [a.rate / b.rate for a, b in zip(rounds[SHADOW], rounds[other], strict=True) if b.rate]
+            ratios.add_row(f"{SHADOW} ÷ {other}", spread(per_round), ", ".join(f"{r:.2f}" for r in per_round))
+    if PASS in rounds:
+        worker = "bridge worker"
+        cpu_ratio = [(a.cpu_s[worker] / a.callbacks_ok) / (b.cpu_s[worker] / b.callbacks_ok)
+                     for a, b in zip(rounds[SHADOW], rounds[PASS], strict=True)
+                     if a.callbacks_ok and b.callbacks_ok and b.cpu_s[worker]]
+        ratios.add_row(f"worker CPU per callback, {SHADOW} ÷ {PASS}", spread(cpu_ratio),
+                       ", ".join(f"{r:.2f}" for r in cpu_ratio))
+    console.print(ratios)
+
+
 def verdict(ok: bool) -> str:
     return "[green]met[/]" if ok else "[red]NOT met[/]"
 
@@ -907,17 +1032,19 @@ def report(res: Results) -> None:
                   + (f"; new connection per call {ratio(res.lat_new):.2f}× → "
                      f"{verdict(ratio(res.lat_new) <= TARGET_RATIO)}" if res.lat_new is not None else ""))
 
+    if res.throughput:
+        throughput_report(res)
     if res.loads:
         table = Table("phase / target", "threads", "seconds", "callbacks ok", "errors", "callbacks/s",
                       "executions/s", "p50 ms", "p99 ms", "CPU ms/callback: worker / double / client",
                       title="Sustained load (keep-alive clients)")
-        for name, load in res.loads.items():
+        for load in res.loads.values():
             s = load.latency.summary()
-            table.add_row("RSS run, shadow-on" if name == "rss" else f"throughput, {name}", str(args.threads),
-                          f"{load.seconds:.1f}", f"{load.callbacks_ok:,}", str(load.errors), f"{load.rate:,.0f}",
-                          f"{load.rate / 2:,.0f}", ms(s["p50"]), ms(s["p99"]),
-                          " / ".join(load.cpu_ms_per_callback(k) for k in ("bridge worker", "2.x double",
-                                                                           "load generator")))
+            table.add_row("RSS run, shadow-on", str(args.threads), f"{load.seconds:.1f}", f"{load.callbacks_ok:,}",
+                          str(load.errors), f"{load.rate:,.0f}", f"{load.rate / 2:,.0f}", ms(s["p50"]),
+                          ms(s["p99"]), " / ".join(load.cpu_ms_per_callback(k) for k in ("bridge worker",
+                                                                                        "2.x double",
+                                                                                        "load generator")))
         console.print(table)
 
     table = Table("shadow-on worker", "after latency", "after throughput", "RSS bridge",
