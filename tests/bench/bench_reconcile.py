@@ -1,9 +1,9 @@
 """Benchmark: one Reconciler pass against a large 2.x install and its shadow store.
 
     python -m tests.bench.bench_reconcile [--backend sqlite|postgres|both] [--sizes 10000,100000]
-                                          [--crons 10000] [--pg-url URL] [--seed S] [--profile] [--keep]
+                                          [--crons 10000,1000] [--pg-url URL] [--seed S] [--profile] [--keep]
 
-For each size N (2.x RunningInstances rows) with --crons Crontabs rows:
+For each number of crons C in --crons and each size N (2.x RunningInstances rows), so N / C instances per cron:
 
 1. A fresh 2.x data dir (create_legacy_data_dir) gets the crons and N instances bulk-inserted with sqlite3
    executemany in 2.x's on-disk format (legacy_adapters.schema). The throwaway file is written with
@@ -26,9 +26,13 @@ For each size N (2.x RunningInstances rows) with --crons Crontabs rows:
    resetting it through /proc/self/clear_refs), the pass stats, the mismatches found per kind against the
    planned ones, and an exclusive-time breakdown of where the pass spent its time.
 
-Prints a table per backend, the ratio time(largest)/time(smallest), and the target line. This is a
-benchmark, not a test: it asserts nothing about timing and exits 0 after printing (1 if a backend could
-not be set up or a pass failed). --profile runs the measured pass under cProfile (times then inflated).
+Prints a table per backend and number of crons, the ratio time(largest)/time(smallest) at that number of crons,
+and the target line. With 10,000 crons, 10,000 vs 100,000 instances is 1 vs 10 instances per cron, so the ratio
+is mostly the fixed cost of each cron; with 1,000 crons it is 10 vs 100 per cron, and the ratio shows how the
+pass grows per instance. From all the passes of a backend, a least-squares fit time = a + b * crons + c *
+instances then gives the cost of one more cron and of one more instance. This is a benchmark, not a test: it
+asserts nothing about timing and exits 0 after printing (1 if a backend could not be set up or a pass failed).
+--profile runs the measured pass under cProfile (times then inflated).
 """
 
 from __future__ import annotations
@@ -726,11 +730,12 @@ def _mib(kib: int | None) -> str:
     return "-" if kib is None else f"{kib / 1024:.1f}"
 
 
-def report(backend: str, results: list[dict[str, Any]]) -> bool:
-    print(f"\n== {backend}: one Reconciler.run_once() pass, batch_size {SETTINGS['batch_size']}, "
+def report(backend: str, results: list[dict[str, Any]], crons: int) -> bool:
+    print(f"\n== {backend}: one Reconciler.run_once() pass, {crons} crons, batch_size {SETTINGS['batch_size']}, "
           f"grace {SETTINGS['grace_s']} s, lookback {SETTINGS['lookback_s'] // 86400} d ==")
-    head = (f"{'size':>8} {'wall s':>8} {'cpu s':>7} {'inst/s':>8} {'RSS before':>10} {'peak RSS':>9} "
-            f"{'growth MiB':>10} {'HWM MiB':>8} {'mismatches':>10} {'expected':>8} {'cancelled':>9} {'result':>6}")
+    head = (f"{'size':>8} {'per cron':>8} {'wall s':>8} {'cpu s':>7} {'inst/s':>8} {'RSS before':>10} "
+            f"{'peak RSS':>9} {'growth MiB':>10} {'HWM MiB':>8} {'mismatches':>10} {'expected':>8} {'cancelled':>9} "
+            f"{'result':>6}")
     print(head)
     print("-" * len(head))
     ok = True
@@ -739,9 +744,10 @@ def report(backend: str, results: list[dict[str, Any]]) -> bool:
         expected = sum(r["expected"].values())
         inst = r["stats"].get("instances", 0)
         growth = (r["peak_kib"] - r["rss_before_kib"]) / 1024
-        print(f"{r['size']:>8} {r['wall_s']:>8.2f} {r['cpu_s']:>7.2f} {inst / r['wall_s']:>8.0f} "
-              f"{_mib(r['rss_before_kib']):>10} {_mib(r['peak_kib']):>9} {growth:>10.1f} {_mib(r['hwm_kib']):>8} "
-              f"{found:>10} {expected:>8} {r['stats'].get('cancelled', 0):>9} {r['result']:>6}")
+        print(f"{r['size']:>8} {r['size'] / crons:>8.0f} {r['wall_s']:>8.2f} {r['cpu_s']:>7.2f} "
+              f"{inst / r['wall_s']:>8.0f} {_mib(r['rss_before_kib']):>10} {_mib(r['peak_kib']):>9} {growth:>10.1f} "
+              f"{_mib(r['hwm_kib']):>8} {found:>10} {expected:>8} {r['stats'].get('cancelled', 0):>9} "
+              f"{r['result']:>6}")
         ok = ok and r["result"] == "ok"
         if r["result"] != "ok":
             print(f"{'':>8} pass {r['result']}: {r['reason']}\n{r.get('traceback') or ''}")
@@ -778,7 +784,8 @@ def report(backend: str, results: list[dict[str, Any]]) -> bool:
         factor = large["size"] / small["size"]
         cpu_ratio = large["cpu_s"] / small["cpu_s"]
         print(f"\nratio time({large['size'] // 1000}k)/time({small['size'] // 1000}k) = {ratio:.2f} "
-              f"for {factor:.0f}x the instances (CPU-time ratio {cpu_ratio:.2f}); "
+              f"for {factor:.0f}x the instances on the same {crons} crons ({small['size'] / crons:.0f} vs "
+              f"{large['size'] / crons:.0f} per cron; CPU-time ratio {cpu_ratio:.2f}); "
               f"worst peak RSS growth {worst:.1f} MiB")
         print(TARGET_LINE)
         misses = [f"ratio {ratio:.2f} > {TARGET_RATIO:g}"] if ratio > TARGET_RATIO else []
@@ -792,11 +799,48 @@ def report(backend: str, results: list[dict[str, Any]]) -> bool:
     return ok
 
 
+def fit_growth(points: list[tuple[int, int, float]]) -> tuple[float, float, float] | None:
+    """Least squares over (crons, instances, seconds): seconds = a + b * crons + c * instances; None when the
+    points cannot separate the two (fewer than three, or one of them never varies)."""
+    if len({c for c, _, _ in points}) < 2 or len({n for _, n, _ in points}) < 2 or len(points) < 3:
+        return None
+    rows = [[1.0, float(c), float(n)] for c, n, _ in points]
+    ys = [t for _, _, t in points]
+    # Normal equations (3 x 3), solved by Gaussian elimination: no numpy in this project.
+    m = [[sum(r[i] * r[j] for r in rows) for j in range(3)] + [sum(r[i] * y for r, y in zip(rows, ys, strict=True))]
+         for i in range(3)]
+    for i in range(3):
+        pivot = max(range(i, 3), key=lambda k: abs(m[k][i]))
+        m[i], m[pivot] = m[pivot], m[i]
+        for k in range(3):
+            if k != i:
+                factor = m[k][i] / m[i][i]
+                m[k] = [a - factor * b for a, b in zip(m[k], m[i], strict=True)]
+    a, b, c = (m[i][3] / m[i][i] for i in range(3))
+    return a, b, c
+
+
+def growth(backend: str, series: dict[int, list[dict[str, Any]]]) -> None:
+    """The fit over every pass of a backend, and how much of each pass it puts on the instances."""
+    points = [(crons, r["size"], r["wall_s"]) for crons, results in series.items() for r in results
+              if r["result"] == "ok"]
+    fitted = fit_growth(points)
+    if fitted is None:
+        return
+    a, b, c = fitted
+    print(f"\n== {backend}: growth, fitted over {len(points)} passes: wall ≈ {a:.2f} s + {1000 * b:.3f} ms per cron "
+          f"+ {1000 * c:.3f} ms per instance ==")
+    for crons, n, t in points:
+        fixed = a + b * crons
+        print(f"  {crons:>6} crons, {n:>7} instances: measured {t:6.2f} s, fitted {fixed + c * n:6.2f} s, of which "
+              f"per instance {c * n:6.2f} s ({100 * c * n / max(t, 1e-9):.0f} %)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="sqlite")
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--crons", type=int, default=10_000)
+    parser.add_argument("--crons", default="10000,1000", help="numbers of crons, comma list (each with every size)")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--profile", action="store_true", help="run the measured pass under cProfile")
@@ -807,8 +851,9 @@ def main(argv: list[str] | None = None) -> int:
         child_main(json.loads(args.child))
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    cron_counts = [int(c) for c in args.crons.split(",") if c.strip()]
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
-    print(f"bench_reconcile: sizes {sizes}, {args.crons} crons, backends {backends}, python "
+    print(f"bench_reconcile: sizes {sizes}, crons {cron_counts}, backends {backends}, python "
           f"{sys.version.split()[0]}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="bench-reconcile-verify-") as tmp:
         shape = verify_row_shape(Path(tmp))
@@ -816,18 +861,22 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     started = time.perf_counter()
     for backend in backends:
-        results = []
-        for n in sizes:
-            t = time.perf_counter()
-            try:
-                results.append(measure(backend, n, args.crons, args.pg_url, args.seed, args.profile, args.keep))
-            except Exception as exc:  # noqa: BLE001 - report and go on with the other backend
-                print(f"{backend} size {n}: could not run: {type(exc).__name__}: {exc}")
+        series: dict[int, list[dict[str, Any]]] = {}
+        for crons in cron_counts:
+            results = series.setdefault(crons, [])
+            for n in sizes:
+                t = time.perf_counter()
+                try:
+                    results.append(measure(backend, n, crons, args.pg_url, args.seed, args.profile, args.keep))
+                except Exception as exc:  # noqa: BLE001 - report and go on with the other backend
+                    print(f"{backend} size {n}, {crons} crons: could not run: {type(exc).__name__}: {exc}")
+                    status = 1
+                    break
+                print(f"  [{backend} {n} instances, {crons} crons: {time.perf_counter() - t:.1f} s including data "
+                      f"generation]", flush=True)
+            if results and not report(backend, results, crons):
                 status = 1
-                break
-            print(f"  [{backend} {n}: {time.perf_counter() - t:.1f} s including data generation]", flush=True)
-        if results and not report(backend, results):
-            status = 1
+        growth(backend, series)
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
     return status
 
