@@ -26,7 +26,11 @@ from bridge.storage.schema import (
 _TERMINAL = tuple(s.value for s in RUN_TERMINAL)
 # Shadow Runs (2.x is the truth) and primary Runs (2.x's columns are our projection: a difference is drift).
 _COMPARED_OWNERS = ("legacy", "bridge")
-_ADVISORY_KEY = 0x716C6272  # "qlbr": one lock id for the reconciler across replicas
+# pg_try_advisory_lock(class, key): the class says "ql-bridge reconciler", the key is the store's schema, so two
+# bridges keeping their stores in different schemas of one database never wait for each other.
+_ADVISORY_CLASS = 0x514C42  # "QLB"
+_ADVISORY_LOCK = "SELECT pg_try_advisory_lock(:c, hashtext(current_schema()))"
+_ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(:c, hashtext(current_schema()))"
 RECONCILER_KINDS = ("missing", "orphan", "duplicate", "stuck", "active_state", "pid", "terminal_status",
                     "exit_code", "start_time", "finish_time", "invalid_legacy_value", "legacy_duplicate_instance")
 _RESOLVE_CHUNK = 500  # mismatch ids per UPDATE: well under any driver's bound-parameter limit
@@ -189,13 +193,13 @@ class ReconcileStore:
         """Yields True when this process holds the reconciler lock for the pass, False when another does."""
         if self.engine.dialect.name == "postgresql":
             with self.engine.connect() as conn:
-                got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _ADVISORY_KEY}).scalar())
+                got = bool(conn.execute(text(_ADVISORY_LOCK), {"c": _ADVISORY_CLASS}).scalar())
                 conn.commit()
                 try:
                     yield got
                 finally:
                     if got:
-                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
+                        conn.execute(text(_ADVISORY_UNLOCK), {"c": _ADVISORY_CLASS})
                         conn.commit()
             return
         got = self._take_lease(holder, now_ms, lease_ms)

@@ -1,0 +1,44 @@
+"""The reconciler's one-pass-at-a-time lock: per store, so stores in other schemas of one database never wait."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from bridge.storage.engine import make_engine
+from bridge.storage.migrate import upgrade
+from bridge.storage.reconcile_queries import ReconcileStore
+from tests.conftest import Backend
+
+
+@pytest.fixture
+def other_schema_store(postgres_url: str) -> Iterator[ReconcileStore]:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    engine = make_engine(postgres_url, pg_search_path=schema)
+    upgrade(engine)
+    yield ReconcileStore(engine)
+    engine.dispose()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    admin.dispose()
+
+
+@pytest.mark.postgres
+def test_one_pass_at_a_time_per_store_and_stores_in_other_schemas_do_not_wait(
+        postgres_backend: Backend, other_schema_store: ReconcileStore) -> None:
+    assert postgres_backend.engine is not None
+    mine, replica = ReconcileStore(postgres_backend.engine), ReconcileStore(postgres_backend.engine)
+    with mine.singleton("a", 0, 60_000) as held:
+        assert held
+        with replica.singleton("b", 0, 60_000) as also:
+            assert not also  # the same store: a replica waits for the next interval
+        with other_schema_store.singleton("c", 0, 60_000) as elsewhere:
+            assert elsewhere  # another bridge's store in the same database
+    with replica.singleton("b", 0, 60_000) as after:
+        assert after
