@@ -1,11 +1,13 @@
-"""LegacyStatusWriter: writes projected columns into 2.x's ``database.sqlite``, one short transaction each.
+"""LegacyStatusWriter: writes projected columns into 2.x's ``database.sqlite``, in as few 2.x transactions as it can.
 
-2.x runs its SQLite in rollback-journal mode with no busy timeout and retries SQLITE_BUSY itself
-(legacy-2x.md 2.1). So this writer never waits inside 2.x's lock: busy timeout 0, ``BEGIN IMMEDIATE``,
-a handful of statements, COMMIT; a busy database raises ``LegacyBusyError`` and the projector retries
-later. It never changes journal_mode, never creates or alters a table, and touches only the projected
-columns of ``Crontabs`` plus the ``RunningInstances`` rows the projection owns. A database it cannot
-write at all raises ``LegacyDatabaseError`` whose reason is the reader's ``DatabaseState`` code.
+2.x runs its SQLite in rollback-journal mode and waits for a busy database in SQLite's busy handler (legacy-2x.md
+2.1), so every transaction of ours holds 2.x's only write lock across two syncs while 2.x's writers sleep behind
+it. This writer therefore reads first, without any write lock, and opens a transaction only for what would
+change: ``BEGIN IMMEDIATE``, the differing rows, COMMIT. It never waits inside 2.x's lock (busy timeout 0: a
+busy database raises ``LegacyBusyError`` and the projector retries later), never changes a setting of 2.x's
+database (journal_mode, synchronous), never creates or alters a table, and touches only the projected columns
+of ``Crontabs`` plus the ``RunningInstances`` rows the projection owns. A database it cannot write at all
+raises ``LegacyDatabaseError`` whose reason is the reader's ``DatabaseState`` code.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,14 +87,15 @@ Write = tuple[int, CrontabValues, InstanceValues | None, int | None]
 
 
 class LegacyStatusWriter:
-    """Applies projections to 2.x's database, each call in one short ``BEGIN IMMEDIATE`` transaction.
+    """Applies projections to 2.x's database: a batch is read without a lock, then written in one short
+    ``BEGIN IMMEDIATE`` transaction holding only what differs, or in none when nothing does.
 
     One connection is kept between calls (outside a transaction it holds no lock) and reopened when the
     file is replaced, so a restored database is never written through a stale handle. Not for concurrent
     use from several threads: one projector owns one writer.
     """
 
-    MAX_BATCH = 64  # keeps a batch transaction to a few milliseconds
+    MAX_BATCH = 256  # statements cost microseconds each; the transaction's cost is its syncs
 
     def __init__(self, database_path: str | os.PathLike[str]) -> None:
         self.path = Path(database_path)
@@ -99,6 +103,8 @@ class LegacyStatusWriter:
         self._identity: tuple[int, int] | None = None
         self._checked = False
         self._busy_in_a_row = 0
+        self.transactions = 0  # 2.x write transactions committed: what 2.x's writers may have waited behind
+        self.held_s = 0.0  # how long those transactions held 2.x's write lock, BEGIN IMMEDIATE to COMMIT
 
     def _connect(self) -> sqlite3.Connection:
         # mode=rw: never create a missing file. timeout 0: fail fast instead of queueing behind 2.x.
@@ -118,22 +124,31 @@ class LegacyStatusWriter:
         return self.apply_batch([(cron_id, crontab, instance, instance_id)], now_ms)[0]
 
     def apply_batch(self, writes: Sequence[Write], now_ms: int) -> list[int | None]:
-        """Several crons' projections in ONE transaction (all or nothing), in order; same errors as apply."""
+        """Several crons' projections in at most ONE transaction (all or nothing), in order; same errors as apply.
+
+        Rows that already hold the projected values are left alone (their ``updatedAt`` too); when no row
+        would change, no transaction is opened at all. Several writes of one cron update its Crontabs row
+        once, with the last write's values. Returns each write's instance row id."""
         if len(writes) > self.MAX_BATCH:
             raise ValueError(f"at most {self.MAX_BATCH} writes per transaction")
-        stamp = format_updated_at(now_ms)
         with self._translated("write"):
             conn = self._connection()
-            with self._immediate(conn):
-                if not self._checked:
-                    self._check_schema(conn)
-                found: list[int | None] = []
-                for cron_id, crontab, instance, instance_id in writes:
-                    _update_crontab(conn, cron_id, crontab, stamp)
-                    found.append(None if instance is None else _write_instance(conn, instance, instance_id, stamp))
-        self._checked = True
+            if not self._checked:
+                self._check_schema(conn)
+                self._check_writable(conn)
+                self._checked = True
+            plan = _plan(conn, writes)  # reads only: 2.x's writers can take their lock meanwhile
+            if plan.changes:
+                plan.prepare(format_updated_at(now_ms))
+                began = time.monotonic()
+                try:
+                    with self._immediate(conn):
+                        plan.write(conn)
+                finally:
+                    self.held_s += time.monotonic() - began
+                self.transactions += 1
         self._busy_in_a_row = 0
-        return found
+        return plan.found
 
     def close(self) -> None:
         if self._conn is not None:
@@ -159,13 +174,16 @@ class LegacyStatusWriter:
         return self._conn
 
     @contextmanager
-    def _immediate(self, conn: sqlite3.Connection) -> Iterator[None]:
+    def _immediate(self, conn: sqlite3.Connection, *, commit: bool = True) -> Iterator[None]:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        if not commit:
+            conn.execute("ROLLBACK")
+            return
         try:
             conn.execute("COMMIT")
         except sqlite3.Error:
@@ -184,6 +202,13 @@ class LegacyStatusWriter:
             missing = sorted(needed - present)
             if missing:
                 raise LegacyDatabaseError(str(self.path), "not_legacy", f"{table} lacks {', '.join(missing)}")
+
+    def _check_writable(self, conn: sqlite3.Connection) -> None:
+        # Once per connection: a database that would refuse our writes must halt the projector even while
+        # every row it is given already matches (then no write of ours would find out). An UPDATE that
+        # matches nothing fails on a read-only file yet changes no page: no journal, no sync.
+        with self._immediate(conn, commit=False):
+            conn.execute("UPDATE `Crontabs` SET `id` = `id` WHERE 0")
 
     @contextmanager
     def _translated(self, operation: str) -> Iterator[None]:
@@ -211,52 +236,133 @@ class LegacyStatusWriter:
         return LegacyDatabaseError(str(self.path), state.value, _DETAIL.get(state, str(exc)))
 
 
-def _update_crontab(conn: sqlite3.Connection, cron_id: int, crontab: CrontabValues, stamp: str) -> None:
-    # None leaves a column as it is, like Sequelize dropping undefined attributes (2.x never clears pid).
-    values: dict[str, Any] = {"status": crontab.status}
-    optional = {"pid": crontab.pid, "log_path": crontab.log_path,
-                "last_execution_time": crontab.last_execution_time, "last_running_time": crontab.last_running_time}
-    values.update({name: value for name, value in optional.items() if value is not None})
-    values["updatedAt"] = stamp
-    sets = ", ".join(f"`{name}` = ?" for name in values)
-    # An unknown id changes nothing, as in 2.x's CronService.status.
-    conn.execute(f"UPDATE `Crontabs` SET {sets} WHERE `id` = ?", (*values.values(), cron_id))
-
-
 _INSTANCE_FIELDS = ("cron_id", "pid", "log_path", "started_at", "finished_at", "status", "exit_code")
+_CRONTAB_FIELDS = ("status", "pid", "log_path", "last_execution_time", "last_running_time")
+# None leaves a column as it is, like Sequelize dropping undefined attributes (2.x never clears pid).
+_UPDATE_CRONTAB = ("UPDATE `Crontabs` SET `status` = ?, " + ", ".join(
+    f"`{name}` = coalesce(?, `{name}`)" for name in _CRONTAB_FIELDS[1:]) + ", `updatedAt` = ? WHERE `id` = ?")
+_UPDATE_INSTANCE = ("UPDATE `RunningInstances` SET " + ", ".join(f"`{name}` = ?" for name in _INSTANCE_FIELDS)
+                    + ", `updatedAt` = ? WHERE `id` = ?")
+_INSERT_INSTANCE_COLUMNS = ", ".join(f"`{name}`" for name in (*_INSTANCE_FIELDS, "createdAt", "updatedAt"))
+_INSERT_ROW = f"({', '.join('?' * (len(_INSTANCE_FIELDS) + 2))})"
 
 
 def _instance_values(instance: InstanceValues) -> tuple[Any, ...]:
     return tuple(getattr(instance, name) for name in _INSTANCE_FIELDS)
 
 
-def _write_instance(conn: sqlite3.Connection, instance: InstanceValues, instance_id: int | None,
-                    stamp: str) -> int:
-    values = _instance_values(instance)
-    target = instance_id if instance_id is not None else _adoptable(conn, instance)
-    if target is not None:
-        sets = ", ".join(f"`{name}` = ?" for name in _INSTANCE_FIELDS)
-        updated = conn.execute(f"UPDATE `RunningInstances` SET {sets}, `updatedAt` = ? WHERE `id` = ?",
-                               (*values, stamp, target)).rowcount
-        if updated == 1:
-            return target
-    names = ", ".join(f"`{name}`" for name in (*_INSTANCE_FIELDS, "createdAt", "updatedAt"))
-    cursor = conn.execute(f"INSERT INTO `RunningInstances` ({names}) VALUES ({', '.join('?' * 9)})",
-                          (*values, stamp, stamp))
-    return int(cursor.lastrowid or 0)
+class _Plan:
+    """What one batch would change in 2.x, worked out from a lock-free read of the rows it touches."""
+
+    def __init__(self, size: int) -> None:
+        self.crontabs: dict[int, CrontabValues] = {}  # cron id -> values, only where a column would change
+        self.updates: list[tuple[int, InstanceValues, int]] = []  # (write index, values, row id)
+        self.inserts: list[tuple[int, InstanceValues]] = []  # (write index, values), in the batch's order
+        self.found: list[int | None] = [None] * size
+        self._parameters: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[Any]] = ([], [], [])
+        self._stamp = ""
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.crontabs or self.updates or self.inserts)
+
+    def prepare(self, stamp: str) -> None:
+        """Every statement parameter, worked out before BEGIN."""
+        self._stamp = stamp
+        self._parameters = (
+            [(*(getattr(crontab, name) for name in _CRONTAB_FIELDS), stamp, cron_id)
+             for cron_id, crontab in self.crontabs.items()],
+            [(*_instance_values(instance), stamp, target) for _, instance, target in self.updates],
+            [v for _, instance in self.inserts for v in (*_instance_values(instance), stamp, stamp)])
+
+    def write(self, conn: sqlite3.Connection) -> None:
+        """Inside the transaction: each kind of change is one call into SQLite, so little Python (which may
+        have to wait for the GIL while another thread runs) runs while 2.x's lock is held."""
+        crontabs, updates, inserts = self._parameters
+        if crontabs:
+            conn.executemany(_UPDATE_CRONTAB, crontabs)
+        if updates and conn.executemany(_UPDATE_INSTANCE, updates).rowcount != len(updates):
+            gone = _missing(conn, [target for _, _, target in self.updates])  # 2.x deleted one since the read
+            self.inserts = sorted(self.inserts + [(i, instance) for i, instance, t in self.updates if t in gone])
+            self.updates = [update for update in self.updates if update[2] not in gone]
+            self.prepare(self._stamp)
+            inserts = self._parameters[2]
+        for index, _, target in self.updates:
+            self.found[index] = target
+        if self.inserts:
+            # One statement: with the write lock held, AUTOINCREMENT gives its rows consecutive ids, in order.
+            last = conn.execute(f"INSERT INTO `RunningInstances` ({_INSERT_INSTANCE_COLUMNS}) VALUES "
+                                + ", ".join([_INSERT_ROW] * len(self.inserts)), inserts).lastrowid or 0
+            for offset, (index, _) in enumerate(self.inserts):
+                self.found[index] = last - len(self.inserts) + 1 + offset
 
 
-def _adoptable(conn: sqlite3.Connection, instance: InstanceValues) -> int | None:
-    """A row this projection inserted before it could remember the mapping (a crash in between).
+def _plan(conn: sqlite3.Connection, writes: Sequence[Write]) -> _Plan:
+    plan = _Plan(len(writes))
+    latest = {cron_id: crontab for cron_id, crontab, _, _ in writes}  # the last write of a cron wins
+    current = _rows(conn, "Crontabs", _CRONTAB_FIELDS, list(latest))
+    # An unknown cron id changes nothing, as in 2.x's CronService.status: no UPDATE is needed for it.
+    plan.crontabs = {cron_id: crontab for cron_id, crontab in latest.items()
+                     if cron_id in current and _crontab_differs(current[cron_id], crontab)}
+    unmapped = [instance for _, _, instance, known in writes if instance is not None and known is None]
+    adopted = iter(_adoptable(conn, unmapped))
+    targets = [None if instance is None else known if known is not None else next(adopted)
+               for _, _, instance, known in writes]
+    present = _rows(conn, "RunningInstances", _INSTANCE_FIELDS, [t for t in targets if t is not None])
+    for index, ((_, _, instance, _), target) in enumerate(zip(writes, targets)):
+        if instance is None:
+            continue
+        if target is None or target not in present:
+            plan.inserts.append((index, instance))
+        elif present[target] == _instance_values(instance):
+            plan.found[index] = target  # already as projected
+        else:
+            plan.updates.append((index, instance, target))
+    return plan
+
+
+def _rows(conn: sqlite3.Connection, table: str, names: Sequence[str], ids: list[int]) -> dict[int, tuple[Any, ...]]:
+    """The named columns of the rows with these ids, by id (one autocommit SELECT: a SHARED lock only)."""
+    if not ids:
+        return {}
+    columns = ", ".join(f"`{name}`" for name in names)
+    marks = ", ".join("?" * len(ids))
+    found = conn.execute(f"SELECT `id`, {columns} FROM `{table}` WHERE `id` IN ({marks})", ids)
+    return {row[0]: tuple(row[1:]) for row in found}
+
+
+def _missing(conn: sqlite3.Connection, ids: list[int]) -> set[int]:
+    return set(ids) - set(_rows(conn, "RunningInstances", ("id",), ids))
+
+
+def _crontab_differs(current: tuple[Any, ...], crontab: CrontabValues) -> bool:
+    # None leaves a column as it is, so it never differs.
+    return any(value is not None and value != held
+               for value, held in zip((getattr(crontab, name) for name in _CRONTAB_FIELDS), current))
+
+
+def _adoptable(conn: sqlite3.Connection, instances: Sequence[InstanceValues]) -> list[int | None]:
+    """For each instance, a row this projection inserted before it could remember the mapping (a crash in
+    between), or None; one SELECT for the whole batch, returning only rows of the same cron and start.
 
     In primary mode 2.x receives no status callbacks for these executions, so a row with exactly this
-    cron, pid, log_path and start can only be ours. ``IS`` compares NULLs as equal. The table has no index
-    but its primary key and is never pruned, so only the newest ADOPT_WINDOW rows are looked at: the lost
-    row was inserted just before the crash, and the row is retried first thing after a restart.
+    cron, pid, log_path and start can only be ours. The table has no index but its primary key and is never
+    pruned, so only the newest ADOPT_WINDOW rows are looked at: the lost row was inserted just before the
+    crash, and the row is retried first thing after a restart. Newest first, and never one row for two.
     """
-    row = conn.execute(
-        "SELECT `id` FROM `RunningInstances` WHERE `id` > (SELECT max(`id`) FROM `RunningInstances`) - ? "
-        "AND `cron_id` = ? AND `pid` IS ? AND `log_path` IS ? AND `started_at` = ? ORDER BY `id` DESC LIMIT 1",
-        (ADOPT_WINDOW, instance.cron_id, instance.pid, instance.log_path, instance.started_at),
-    ).fetchone()
-    return int(row[0]) if row else None
+    if not instances:
+        return []
+    keys = sorted({(instance.cron_id, instance.started_at) for instance in instances})
+    found = conn.execute(
+        "SELECT `id`, `cron_id`, `pid`, `log_path`, `started_at` FROM `RunningInstances` "
+        "WHERE `id` > (SELECT max(`id`) FROM `RunningInstances`) - ? "
+        f"AND (`cron_id`, `started_at`) IN (VALUES {', '.join(['(?, ?)'] * len(keys))}) ORDER BY `id` DESC",
+        (ADOPT_WINDOW, *(v for key in keys for v in key)))
+    candidates: dict[tuple[Any, ...], list[int]] = {}
+    for row_id, *key in found:
+        candidates.setdefault(tuple(key), []).append(int(row_id))
+    picked: list[int | None] = []
+    for instance in instances:
+        ids = candidates.get((instance.cron_id, instance.pid, instance.log_path, instance.started_at))
+        picked.append(ids.pop(0) if ids else None)
+    return picked

@@ -116,3 +116,67 @@ def test_a_replaced_database_file_is_written_through_a_fresh_connection(
 
     row = legacy.cron_row(cron)
     assert row is not None and (row["status"], row["pid"]) == (3, 5555)
+
+
+def test_a_batch_that_changes_nothing_opens_no_transaction_even_while_2x_holds_its_lock(
+        legacy: LegacyDataDir, writer: LegacyStatusWriter) -> None:
+    cron = legacy.add_cron("sample", "task sample.js", "0 * * * *")
+    first = writer.apply(cron, RUNNING, instance(cron), None, NOW_MS)
+    before = (legacy.cron_row(cron), legacy.instance_rows(cron))
+    committed = writer.transactions
+    with closing(sqlite3.connect(legacy.database_path, isolation_level=None)) as holder:
+        holder.execute("BEGIN IMMEDIATE")
+        again = writer.apply_batch([(cron, RUNNING, instance(cron), first)], NOW_MS + 60_000)
+        holder.execute("ROLLBACK")
+
+    assert again == [first] and writer.transactions == committed
+    assert (legacy.cron_row(cron), legacy.instance_rows(cron)) == before  # updatedAt too
+
+
+def test_a_batch_inserts_its_instances_in_order_each_with_its_own_row_id(
+        legacy: LegacyDataDir, writer: LegacyStatusWriter) -> None:
+    crons = [legacy.add_cron(f"c{i}", f"task c{i}.js", "0 * * * *") for i in range(3)]
+    writes = [(cron, RUNNING, instance(cron, pid=100 + i), None) for i, cron in enumerate(crons)]
+    writes.insert(1, (crons[0], RUNNING, instance(crons[0], pid=999, log_path="c0/b.log"), None))
+
+    found = writer.apply_batch(writes, NOW_MS)
+
+    rows = {row["id"]: (row["cron_id"], row["pid"]) for row in legacy.query("SELECT * FROM RunningInstances")}
+    assert [rows[i] for i in found] == [(crons[0], 100), (crons[0], 999), (crons[1], 101), (crons[2], 102)]  # type: ignore[index]
+    assert found == sorted(found) and writer.transactions == 1
+
+
+def test_several_writes_of_one_cron_update_its_row_once_with_the_last_values(
+        legacy: LegacyDataDir, writer: LegacyStatusWriter) -> None:
+    cron = legacy.add_cron("sample", "task sample.js", "0 * * * *")
+    idle = CrontabProjection(status=1, pid=4321, log_path="sample_1/b.log", last_execution_time=1_796_216_499,
+                             last_running_time=3)
+
+    writer.apply_batch([(cron, RUNNING, instance(cron), None),
+                        (cron, idle, instance(cron, pid=5, log_path="sample_1/b.log"), None)], NOW_MS)
+
+    row = legacy.cron_row(cron)
+    assert row is not None and (row["status"], row["log_path"], row["last_running_time"]) == (1, "sample_1/b.log", 3)
+    assert len(legacy.instance_rows(cron)) == 2
+
+
+def test_an_instance_row_2x_deletes_between_the_read_and_the_write_is_written_anew(
+        legacy: LegacyDataDir, writer: LegacyStatusWriter, monkeypatch: pytest.MonkeyPatch) -> None:
+    import legacy_adapters.status_writer as status_writer
+
+    cron = legacy.add_cron("sample", "task sample.js", "0 * * * *")
+    first = writer.apply(cron, RUNNING, instance(cron), None, NOW_MS)
+    planned = status_writer._plan
+
+    def then_2x_deletes(conn: sqlite3.Connection, writes: object) -> object:
+        plan = planned(conn, writes)  # type: ignore[arg-type]
+        with closing(sqlite3.connect(legacy.database_path, isolation_level=None)) as other:
+            other.execute("DELETE FROM RunningInstances WHERE id = ?", (first,))
+        return plan
+
+    monkeypatch.setattr(status_writer, "_plan", then_2x_deletes)
+    done = instance(cron, status=int(InstanceStatus.FINISHED), finished_at=1_796_216_500, exit_code=0)
+    (again,) = writer.apply_batch([(cron, RUNNING, done, first)], NOW_MS)
+
+    (row,) = legacy.instance_rows(cron)
+    assert again == row["id"] != first and (row["status"], row["exit_code"]) == (InstanceStatus.FINISHED, 0)
