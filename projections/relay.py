@@ -1,12 +1,14 @@
 """Projector: applies projection outbox rows to 2.x, in order per cron, with bounded retries.
 
-A pass takes the oldest due row of up to ``batch`` crons, writes them in ONE short 2.x transaction (2.x's
-commit is the cost, not our statements), then records them applied in one bridge-store transaction. Each
-row is re-derived from its cron's *current* Run facts and finds its instance row again through the
-Attempt -> instance mapping, so applying a row twice leaves 2.x as applying it once. A busy 2.x database
-is retried with capped, fully jittered exponential backoff; a row that keeps failing is parked (never
-dropped); a database that is missing, read-only or not 2.x's halts the projector. Nothing here ever
-writes Run facts.
+A pass takes every pending row of up to ``batch`` crons whose oldest pending row is due and writes them in
+ONE short 2.x transaction (2.x's commit is the cost, not our statements), then records them applied in one
+bridge-store transaction. Each row is re-derived from its cron's *current* Run facts, so a cron's rows
+coalesce: its Crontabs row is written once with the latest state and each Attempt's instance row once
+(Attempts in the order their first rows were written, so 2.x's row ids follow start order), and a row finds
+its instance row again through the Attempt -> instance mapping, so applying a row twice leaves 2.x as
+applying it once. A busy 2.x database is retried with capped, fully jittered exponential backoff; a row that
+keeps failing is parked (never dropped); a database that is missing, read-only or not 2.x's halts the
+projector. Nothing here ever writes Run facts.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ class Applied:
 class OutboxPort(Protocol):
     """The bridge store's side (bridge.storage.outbox.SqlOutbox); each call is its own short transaction."""
 
-    def due(self, now_ms: int, limit: int) -> list[OutboxRow]:
-        """Pending rows with next_attempt_at_ms <= now: only the oldest pending row of each cron, by id."""
+    def due_by_cron(self, now_ms: int, crons: int, limit: int) -> list[OutboxRow]:
+        """Every pending row (by id, at most ``limit``) of the first ``crons`` crons whose oldest pending row
+        has next_attempt_at_ms <= now."""
         ...
 
     def inputs(self, rows: Sequence[OutboxRow]) -> list[RowInputs]:
@@ -104,7 +107,8 @@ class WriterPort(Protocol):
         ...
 
     def apply_batch(self, writes: Sequence[Write], now_ms: int) -> list[int | None]:
-        """Several crons' writes in ONE 2.x transaction, all or nothing; the same errors as apply."""
+        """Several crons' writes in at most ONE 2.x transaction (none when nothing would change), all or
+        nothing; the same errors as apply."""
         ...
 
 
@@ -138,11 +142,14 @@ def _error_code(exc: BaseException) -> str:
     return str(getattr(exc, "code", None) or type(exc).__name__)[:64]
 
 
+Unit = tuple[int, str | None]  # (cron id, attempt id): what one write projects
+
+
 class Projector:
     def __init__(self, outbox: OutboxPort, writer: WriterPort, metrics: ProjectionMetrics, clock: ClockPort, *,
                  max_attempts: int = 8, base_backoff_ms: int = 100, max_backoff_ms: int = 30_000,
                  sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
-                 batch: int = 32) -> None:
+                 batch: int = 64, max_writes: int = 256) -> None:
         self._outbox = outbox
         self._writer = writer
         self._metrics = metrics
@@ -153,16 +160,20 @@ class Projector:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._batch = max(1, batch)
+        self._max_writes = max(1, max_writes)
         self._waiting: set[int] = set()  # rows this projector put into backoff and has not seen land
+        self.backlog = False  # the last pass left due rows for the next one
 
     def run_once(self, limit: int = 100) -> dict[str, int]:
-        """Apply up to ``limit`` due rows; returns counts by result. Raises ProjectionHaltedError."""
+        """One pass: up to ``limit`` due rows in at most one 2.x transaction (a batch that fails for one of its
+        crons is split, cron by cron); returns counts by result. Raises ProjectionHaltedError."""
         counts = {"applied": 0, "retried": 0, "parked": 0}
-        while (done := sum(counts.values())) < limit:
-            rows = self._outbox.due(self._clock.now_ms(), min(self._batch, limit - done))
-            if not rows:
-                break
-            for result in self._apply_rows(rows):
+        rows = self._outbox.due_by_cron(self._clock.now_ms(), self._batch, max(1, limit))
+        units = _units(rows)
+        taken = dict(list(units.items())[:self._max_writes])
+        self.backlog = len(taken) < len(units) or len(rows) >= limit or len({c for c, _ in units}) >= self._batch
+        if taken:
+            for result in self._apply_units(taken):
                 counts[result] += 1
         return counts
 
@@ -181,34 +192,29 @@ class Projector:
                 self._sleep(poll_s)
         return total
 
-    def _apply_rows(self, rows: list[OutboxRow]) -> list[str]:
-        """One batch: the oldest due row of up to ``batch`` crons, in one 2.x transaction."""
-        # Store reads sit outside the retry accounting: a bridge-store hiccup is not the rows' fault.
-        results: list[str] = []
-        ready: list[tuple[OutboxRow, Write]] = []
-        for row, inputs in zip(rows, self._outbox.inputs(rows)):
-            if row.attempt_id is not None and inputs.facts is None:
-                results.append(self._park(row, row.attempts, _RUN_GONE))
-                continue
-            try:
-                instance = project_instance(inputs.facts) if inputs.facts is not None else None
-                ready.append((row, (row.legacy_cron_id, project_crontab(*inputs.cron), instance, inputs.instance_id)))
-            except Exception as exc:  # noqa: BLE001 - facts the projection cannot express: retried, then parked
-                results.append(self._retry(row, exc))
+    def _apply_units(self, units: dict[Unit, list[OutboxRow]]) -> list[str]:
+        """One 2.x transaction for these units: each cron's Crontabs row and each Attempt's instance row."""
+        results, ready = self._writes(units)
         if not ready:
             return results
         try:
             found = self._writer.apply_batch([write for _, write in ready], self._clock.now_ms())
         except LegacyDatabaseError as exc:
             self._metrics.projection_retry("failed")
-            raise ProjectionHaltedError(exc, ready[0][0].id) from exc
+            raise ProjectionHaltedError(exc, ready[0][0][0].id) from exc
         except LegacyBusyError as exc:  # 2.x's lock, not the rows: every row waits its own backoff
-            return results + [self._retry(row, exc) for row, _ in ready]
-        except Exception as exc:  # noqa: BLE001 - retried; in a batch, first find the row that fails
-            if len(ready) == 1:
-                return results + [self._retry(ready[0][0], exc)]
-            return results + [result for row, _ in ready for result in self._apply_rows([row])]
-        done = [Applied(row.id, row.legacy_cron_id, row.attempt_id, got) for (row, _), got in zip(ready, found)]
+            return results + [self._retry(row, exc) for rows, _ in ready for row in rows]
+        except Exception as exc:  # noqa: BLE001 - retried; in a batch, first find the cron that fails
+            crons = list(dict.fromkeys(write[0] for _, write in ready))
+            if len(crons) == 1:
+                return results + [self._retry(row, exc) for rows, _ in ready for row in rows]
+            for cron_id in crons:
+                results += self._apply_units({(cron_id, rows[0].attempt_id): rows
+                                              for rows, write in ready if write[0] == cron_id})
+            return results
+        # The mapping is remembered once per Attempt (its first row); every row of the unit is applied.
+        done = [Applied(row.id, row.legacy_cron_id, row.attempt_id, got if i == 0 else None)
+                for (rows, _), got in zip(ready, found) for i, row in enumerate(rows)]
         # If the process dies here, 2.x is already written: the rows stay pending, are applied again, and
         # find their instance rows through the mapping or, failing that, by adoption (no duplicates).
         self._outbox.complete(done, self._clock.now_ms())
@@ -216,6 +222,28 @@ class Projector:
         for _ in done:
             self._metrics.projection_retry("applied")
         return results + ["applied"] * len(done)
+
+    def _writes(self, units: dict[Unit, list[OutboxRow]]) -> tuple[list[str], list[tuple[list[OutboxRow], Write]]]:
+        """Each unit's write, from its cron's current facts; a unit that cannot be written is parked (its Run
+        or Attempt is gone) or retried (facts the projection cannot express) here, with all its rows."""
+        # Store reads sit outside the retry accounting: a bridge-store hiccup is not the rows' fault.
+        results: list[str] = []
+        ready: list[tuple[list[OutboxRow], Write]] = []
+        crontabs: dict[int, CrontabProjection] = {}  # one projection per cron: its rows share the facts
+        for ((cron_id, attempt_id), rows), inputs in zip(units.items(),
+                                                         self._outbox.inputs([r[-1] for r in units.values()])):
+            if attempt_id is not None and inputs.facts is None:
+                results += [self._park(row, row.attempts, _RUN_GONE) for row in rows]
+                continue
+            try:
+                instance = project_instance(inputs.facts) if inputs.facts is not None else None
+                if cron_id not in crontabs:
+                    crontabs[cron_id] = project_crontab(*inputs.cron)
+            except Exception as exc:  # noqa: BLE001 - facts the projection cannot express: retried, then parked
+                results += [self._retry(row, exc) for row in rows]
+                continue
+            ready.append((rows, (cron_id, crontabs[cron_id], instance, inputs.instance_id)))
+        return results, ready
 
     def _retry(self, row: OutboxRow, exc: Exception) -> str:
         attempts = row.attempts + 1
@@ -240,3 +268,12 @@ class Projector:
         """Full jitter over a capped exponential: uniform(0, min(max, base * 2^(attempts-1))), at least 1 ms."""
         ceiling = min(self._max_ms, self._base_ms * (2 ** min(attempts - 1, 30)))
         return max(1, int(self._rng.uniform(0, ceiling)))
+
+
+def _units(rows: Sequence[OutboxRow]) -> dict[Unit, list[OutboxRow]]:
+    """Rows by (cron, Attempt), each unit in the order of its first row: all a cron's rows of one Attempt
+    project to the same instance row, so only the latest state is written, once."""
+    units: dict[Unit, list[OutboxRow]] = {}
+    for row in sorted(rows, key=lambda r: r.id):
+        units.setdefault((row.legacy_cron_id, row.attempt_id), []).append(row)
+    return units

@@ -198,6 +198,25 @@ class SqlOutbox:
         with self._read() as conn:
             return [_row(m) for m in conn.execute(stmt).mappings()]
 
+    def due_by_cron(self, now_ms: int, crons: int, limit: int) -> list[OutboxRow]:
+        """Every pending row (by id, at most ``limit``) of the first ``crons`` crons, by their oldest pending
+        row, whose oldest pending row is due by ``now_ms``.
+
+        The cron is the unit of ordering: while its oldest pending row waits out a backoff, none of its rows
+        is due; once it is, all of them are, so the projector writes the cron's latest state once. Walks
+        ix_projection_outbox_cron_state for each cron."""
+        older = _o.alias("older")
+        oldest_pending = (select(func.min(older.c.id))
+                          .where(older.c.legacy_cron_id == _o.c.legacy_cron_id, older.c.state == "pending")
+                          .scalar_subquery())
+        due_crons = (select(_o.c.legacy_cron_id).where(_o.c.state == "pending", _o.c.next_attempt_at_ms <= now_ms,
+                                                       _o.c.id == oldest_pending)
+                     .order_by(_o.c.id).limit(crons))
+        stmt = (select(_o).where(_o.c.state == "pending", _o.c.legacy_cron_id.in_(due_crons.scalar_subquery()))
+                .order_by(_o.c.id).limit(limit))
+        with self._read() as conn:
+            return [_row(m) for m in conn.execute(stmt).mappings()]
+
     def facts_for_cron(self, cron_id: int) -> CronFacts:
         """(active Runs newest first, latest started Run, latest terminal Run), bridge-owned only."""
         with self._read() as conn:
