@@ -1,15 +1,22 @@
 """The projector wired up: a daemon thread that drains the projection outbox into 2.x, plus CLI helpers.
 
 Composition level: this module builds SqlOutbox and LegacyStatusWriter and hands them to the pure
-Projector. ``notify()`` after a primary commit wakes it at once; otherwise it polls every interval. While
-2.x's database cannot take the projection (locked, hot journal, missing, damaged, foreign) the thread is
-halted: it names the state once, counts every halted pass, leaves the rows pending and tries again.
+Projector. ``notify()`` after a primary commit wakes it; otherwise it polls every interval. A pass that
+found rows is followed by the next one no sooner than a tick later, so a stream of callbacks makes one 2.x
+transaction per tick for all crons instead of one per callback (2.x's own writers wait behind each of
+them), while a lone callback after a quiet spell is projected at once. The tick stretches with what a 2.x
+transaction costs on this disk (its syncs, under 2.x's lock), so that the projector holds 2.x's write
+lock for at most LOCK_SHARE of the time: on a slow SD card the projection lags more, never 2.x's writers.
+While 2.x's database cannot take
+the projection (locked, hot journal, missing, damaged, foreign) the thread is halted: it names the state
+once, counts every halted pass, leaves the rows pending and tries again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +41,21 @@ HALTED_RETRY_S = 30.0
 TRANSIENT_RETRY_S = 2.0
 _CLEARS_BY_ITSELF = TRANSIENT_STATES - {DatabaseState.READ_ONLY}
 LEASE_MS = 10_000
-BATCH = 100
+BATCH = 1000  # rows per pass: a whole tick's worth at hundreds of callbacks a second
+# At most one pass with rows, so at most one 2.x transaction, per tick while callbacks keep coming: the
+# projection lags by up to a tick, and 2.x's writers meet our lock a tick-th as often as at one per callback.
+TICK_S = 0.5
+# The share of wall time the projector may hold 2.x's write lock. 2.x waits for a busy database in SQLite's
+# busy handler, so each of its writes that meets our transaction waits about as long as the transaction
+# (rounded up to the handler's next poll); at half a percent, fewer than one 2.x write in two hundred does.
+# A transaction costs its syncs (about 1 ms on an SSD, 10 ms and more on an SD card or a busy disk), so the
+# tick becomes hold / LOCK_SHARE, between TICK_S and MAX_TICK_S.
+LOCK_SHARE = 0.005
+MAX_TICK_S = 5.0
+_HOLD_WEIGHT = 0.3  # of the newest transaction in the running estimate of a transaction's hold
+# A pass that left due rows behind (a burst) is followed sooner, after a gap that lets 2.x's waiting
+# writers in: SQLite's busy handler polls them at 1, 2, 5, ... 50 ms, then every 100 ms.
+CATCH_UP_S = 0.1
 
 
 def build_projector(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
@@ -47,11 +68,23 @@ def build_projector(engine: Engine, legacy_database_path: str | Path, metrics: P
 class ProjectorThread:
     """Runs ``projector.run_once`` when notified or every ``interval_s``, until ``close()``."""
 
-    def __init__(self, projector: Projector, interval_s: float = 0.2, *, halted_retry_s: float = HALTED_RETRY_S,
-                 lease: Callable[[], bool] | None = None, on_close: Callable[[], None] | None = None,
-                 on_unavailable: Callable[[str], None] | None = None, name: str = "bridge-projector") -> None:
+    def __init__(self, projector: Projector, interval_s: float = 0.2, *, tick_s: float = TICK_S,
+                 catch_up_s: float = CATCH_UP_S, lock_held: Callable[[], float] | None = None,
+                 lock_share: float = LOCK_SHARE, max_tick_s: float = MAX_TICK_S,
+                 halted_retry_s: float = HALTED_RETRY_S, lease: Callable[[], bool] | None = None,
+                 on_close: Callable[[], None] | None = None, on_unavailable: Callable[[str], None] | None = None,
+                 name: str = "bridge-projector") -> None:
+        """``lock_held`` returns the seconds the projector has held 2.x's write lock so far (the writer's
+        ``held_s``); with it, the tick stretches to keep that share of the time under ``lock_share``."""
         self._projector = projector
         self._interval_s = interval_s
+        self._tick_s = tick_s
+        self._catch_up_s = catch_up_s
+        self._lock_held = lock_held
+        self._lock_share = lock_share
+        self._max_tick_s = max(tick_s, max_tick_s)
+        self._hold_s = 0.0  # running estimate of one 2.x transaction's hold
+        self._last_rows_at = float("-inf")  # monotonic time of the last pass that found rows
         self._halted_retry_s = halted_retry_s
         self._lease = lease
         self._on_close = on_close
@@ -86,19 +119,32 @@ class ProjectorThread:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.clear()  # before the pass: a notify() during it triggers the next one at once
-            if self._pass():
-                continue  # a full batch: more rows are probably due
+            self._wake.clear()  # before the pass: a notify() during it is not lost
+            backlog = self._pass()
             if self._halted is not None:
                 self._stop.wait(self._retry_after(self._halted))  # notify() does not hurry a broken database
-            else:
+                continue
+            if not backlog:
                 self._wake.wait(self._interval_s)
+            # Rows committed since the last pass with rows wait for the next tick and go together.
+            pause = self._catch_up_s if backlog else self._last_rows_at + self.spacing_s - time.monotonic()
+            if pause > 0:
+                self._stop.wait(pause)
+
+    @property
+    def spacing_s(self) -> float:
+        """How long after a pass with rows the next one may come: the tick, or longer where a 2.x
+        transaction holds the lock so long that a tick would take more than LOCK_SHARE of the time."""
+        return min(self._max_tick_s, max(self._tick_s, self._hold_s / self._lock_share))
 
     def _pass(self) -> bool:
+        held = self._lock_held() if self._lock_held is not None else 0.0
         try:
             if self._lease is not None and not self._lease():
                 return False
             counts = self._projector.run_once(BATCH)
+            if any(counts.values()):
+                self._last_rows_at = time.monotonic()
         except ProjectionHaltedError as exc:
             if self._halted != exc.reason:  # once per state, not every pass
                 log.log(logging.WARNING if exc.reason in _CLEARS_BY_ITSELF else logging.ERROR, "%s: %s",
@@ -115,17 +161,25 @@ class ProjectorThread:
             return False
         finally:
             self.passes += 1
+            self._remember_hold(held)
         if self._halted is not None:
             log.warning("projection resumed: the 2.x database accepts writes again (it was %s)", self._halted)
         self._halted = self._last_error = None
-        return sum(counts.values()) >= BATCH
+        return self._projector.backlog
+
+    def _remember_hold(self, before: float) -> None:
+        if self._lock_held is None:
+            return
+        held = self._lock_held() - before
+        if held > 0:
+            self._hold_s = held if self._hold_s == 0 else (1 - _HOLD_WEIGHT) * self._hold_s + _HOLD_WEIGHT * held
 
     def _retry_after(self, state: str) -> float:
         return min(self._halted_retry_s, TRANSIENT_RETRY_S) if state in _CLEARS_BY_ITSELF else self._halted_retry_s
 
 
 def start_projector_thread(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
-                           interval_s: float = 2.0) -> ProjectorThread:
+                           interval_s: float = 2.0, tick_s: float = TICK_S) -> ProjectorThread:
     """The serving projector, already started: pass its ``notify`` as the primary path's on-commit hook and
     its ``close`` to the container's closers. A lease row keeps it to one process per store. It is woken on
     every primary commit, so its idle poll is slow: each pass takes the lease with a write, which on SQLite
@@ -140,7 +194,8 @@ def start_projector_thread(engine: Engine, legacy_database_path: str | Path, met
         outbox.release_lease(holder)
 
     unavailable = getattr(metrics, "legacy_database_unavailable", None)  # BridgeMetrics counts the states
-    thread = ProjectorThread(Projector(outbox, writer, metrics, clock), interval_s,
+    thread = ProjectorThread(Projector(outbox, writer, metrics, clock), interval_s, tick_s=tick_s,
+                             lock_held=lambda: writer.held_s,
                              lease=lambda: outbox.hold_lease(holder, clock.now_ms(), LEASE_MS), on_close=close,
                              on_unavailable=(lambda state: unavailable(state, "projection")) if unavailable else None)
     return thread.start()
