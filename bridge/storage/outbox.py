@@ -96,25 +96,60 @@ _NEWEST_TERMINAL = _newest_statement(RUN_TERMINAL, RECENT_LIMIT)
 def _cron_facts(conn: Connection, cron_id: int) -> CronFacts:
     active = [dict(m) for m in conn.execute(_NEWEST_ACTIVE, {"cron_id": cron_id}).mappings()]
     recent = [dict(m) for m in conn.execute(_NEWEST_TERMINAL, {"cron_id": cron_id}).mappings()]
-    attempts = _latest_attempts(conn, [r["id"] for r in (*active, *recent)])
-    active_facts = [_facts(r, attempts.get(r["id"])) for r in active]
-    recent_facts = [_facts(r, attempts.get(r["id"])) for r in recent]
-    started = [f for f in (*active_facts, *recent_facts) if f.started_at_ms is not None]
-    latest = max(started, key=lambda f: (f.started_at_ms, f.created_at_ms, f.run_id), default=None)
-    latest_terminal = max(recent_facts, default=None,
-                          key=lambda f: (f.finished_at_ms or f.created_at_ms, f.created_at_ms, f.run_id))
-    return active_facts, latest, latest_terminal
+    started = [r for r in (*active, *recent) if r["started_at_ms"] is not None]
+    latest = max(started, key=lambda r: (r["started_at_ms"], r["created_at_ms"], r["id"]), default=None)
+    latest_terminal = max(recent, default=None,
+                          key=lambda r: (r["finished_at_ms"] or r["created_at_ms"], r["created_at_ms"], r["id"]))
+    # Attempts only of the Runs the projection reads: the active ones, the latest started, the latest ended.
+    chosen = [r for r in (latest, latest_terminal) if r is not None]
+    attempts = _latest_attempts(conn, list({r["id"]: None for r in (*active, *chosen)}))
+
+    def facts(run: dict[str, Any] | None) -> RunFacts | None:
+        return None if run is None else _facts(run, attempts.get(run["id"]))
+
+    return [_facts(r, attempts.get(r["id"])) for r in active], facts(latest), facts(latest_terminal)
+
+
+_ATTEMPTS_OF_RUNS = select(_a).where(_a.c.run_id.in_(bindparam("run_ids", expanding=True)))
+_RUNS_BY_ID = select(*_RUN_COLUMNS).where(_r.c.id.in_(bindparam("ids", expanding=True)))
+_ATTEMPTS_BY_ID = select(_a).where(_a.c.id.in_(bindparam("ids", expanding=True)))
+_MAPPED = select(_m.c.attempt_id, _m.c.legacy_instance_id).where(_m.c.attempt_id.in_(bindparam("ids", expanding=True)))
 
 
 def _latest_attempts(conn: Connection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     latest: dict[str, dict[str, Any]] = {}
     if not run_ids:
         return latest
-    for m in conn.execute(select(_a).where(_a.c.run_id.in_(run_ids))).mappings():
+    for m in conn.execute(_ATTEMPTS_OF_RUNS, {"run_ids": run_ids}).mappings():
         known = latest.get(m["run_id"])
         if known is None or m["attempt"] > known["attempt"]:
             latest[m["run_id"]] = dict(m)
     return latest
+
+
+def _attempt_facts(conn: Connection, rows: Sequence[OutboxRow]) -> dict[str, RunFacts]:
+    """For each row with an Attempt, its Run with that Attempt, by attempt id; three statements for all rows.
+    A row whose Run or Attempt is gone (or whose Attempt is another Run's) has no entry."""
+    named = [row for row in rows if row.attempt_id is not None]
+    if not named:
+        return {}
+    runs = {m["id"]: dict(m) for m in conn.execute(_RUNS_BY_ID, {"ids": list({r.run_id for r in named})}).mappings()}
+    attempts = {m["id"]: dict(m) for m in conn.execute(_ATTEMPTS_BY_ID,
+                                                       {"ids": list({r.attempt_id for r in named})}).mappings()}
+    found: dict[str, RunFacts] = {}
+    for row in named:
+        run, attempt = runs.get(row.run_id), attempts.get(row.attempt_id or "")
+        if run is not None and run["legacy_cron_id"] is not None and attempt is not None \
+                and attempt["run_id"] == row.run_id:
+            found[row.attempt_id or ""] = _facts(run, attempt)
+    return found
+
+
+def _instance_ids(conn: Connection, attempt_ids: list[str]) -> dict[str, int]:
+    if not attempt_ids:
+        return {}
+    found = conn.execute(_MAPPED, {"ids": attempt_ids}).mappings()
+    return {m["attempt_id"]: int(m["legacy_instance_id"]) for m in found}
 
 
 def _run_facts(conn: Connection, run_id: str, attempt_id: str | None) -> RunFacts | None:
@@ -233,19 +268,16 @@ class SqlOutbox:
             return _instance_id(conn, attempt_id)
 
     def inputs(self, rows: Sequence[OutboxRow]) -> list[RowInputs]:
-        """run_facts, facts_for_cron and instance_id for each row, from one consistent read transaction."""
-        found: list[RowInputs] = []
+        """run_facts, facts_for_cron and instance_id for each row, from one consistent read transaction: each
+        cron's facts once, and the rows' Runs, Attempts and mappings in one statement each."""
         with self._read() as conn:
-            crons: dict[int, CronFacts] = {}
-            for row in rows:
-                if row.legacy_cron_id not in crons:
-                    crons[row.legacy_cron_id] = _cron_facts(conn, row.legacy_cron_id)
-                attempt = row.attempt_id
-                found.append(RowInputs(
-                    facts=_run_facts(conn, row.run_id, attempt) if attempt is not None else None,
-                    cron=crons[row.legacy_cron_id],
-                    instance_id=_instance_id(conn, attempt) if attempt is not None else None))
-        return found
+            crons = {cron_id: _cron_facts(conn, cron_id) for cron_id in dict.fromkeys(r.legacy_cron_id for r in rows)}
+            facts = _attempt_facts(conn, rows)
+            mapped = _instance_ids(conn, list({r.attempt_id: None for r in rows if r.attempt_id is not None}))
+        return [RowInputs(facts=facts.get(row.attempt_id) if row.attempt_id is not None else None,
+                          cron=crons[row.legacy_cron_id],
+                          instance_id=mapped.get(row.attempt_id) if row.attempt_id is not None else None)
+                for row in rows]
 
     # -- the instance mapping ------------------------------------------------------------------------
 

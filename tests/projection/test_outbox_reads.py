@@ -48,3 +48,23 @@ def test_a_promoted_crons_newest_runs_come_from_the_index_of_bridge_owned_runs(w
         plan = _plan(world, statement, cron)
         assert "ix_runs_bridge_owned_by_cron" in plan, plan
         assert "ix_runs_legacy_cron_status" not in plan, plan
+
+
+def test_a_batch_of_rows_is_read_with_a_few_statements_whatever_its_size(world: World) -> None:
+    from sqlalchemy import event
+
+    crons = [world.cron(f"c{i}") for i in range(2)]
+    runs = [world.primary.start(crons[i % 2], pid=100 + i) for i in range(30)]
+    world.primary.finish(runs[0])
+    rows = world.outbox.due_by_cron(world.clock.now, 10, 100)
+    statements: list[str] = []
+    engine = world.backend.engine
+    assert engine is not None
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+
+    inputs = world.outbox.inputs(rows)
+
+    assert len(rows) == 31 and len(statements) <= 12, statements  # 3 per cron, 3 for the rows, BEGIN
+    assert [i.facts.attempt_id if i.facts else None for i in inputs] == [r.attempt_id for r in rows]
+    assert [i.facts.pid if i.facts else None for i in inputs][:30] == [100 + i for i in range(30)]
+    assert all(i.cron == world.outbox.facts_for_cron(r.legacy_cron_id) for r, i in zip(rows, inputs))
