@@ -68,7 +68,8 @@ QUERIES = {
     "origin=manual": "/v3/runs?origin=manual",
     "cron_id (few Runs)": f"/v3/runs?cron_id={RARE_CRON}",
     "status=failed&origin=scheduled_system": "/v3/runs?status=failed&origin=scheduled_system",
-    "cron_id=1&status=succeeded": "/v3/runs?cron_id=1&status=succeeded",
+    # Many matches in either store (about 10 and 1,000 per cron): a full page of 5 in both.
+    "cron_id=1&status=succeeded&limit=5": "/v3/runs?cron_id=1&status=succeeded&limit=5",
     "no filter (newest 50)": "/v3/runs",
 }
 BACKENDS = ("sqlite", "sqlite-analyzed", "postgres")

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,8 +154,13 @@ def service_lifecycle(svc: RunService, lat: list[list[int]], probe: Probe = time
 RUN_COLS = tuple(c.name for c in runs_table.columns)
 ATT_COLS = tuple(c.name for c in run_attempts_table.columns)
 EVT_COLS = tuple(c.name for c in run_events_table.columns)
+assert RUN_COLS[0] == "id" and ATT_COLS[0] == "id"
 _R = {name: i for i, name in enumerate(RUN_COLS)}
 _A = {name: i for i, name in enumerate(ATT_COLS)}
+R_ID, R_STATUS, R_VERSION, R_EVSEQ = _R["id"], _R["status"], _R["version"], _R["event_sequence"]
+R_QUEUED, R_STARTED, R_FINISHED = _R["queued_at_ms"], _R["started_at_ms"], _R["finished_at_ms"]
+A_RUN_ID, A_STATUS, A_SEQ = _A["run_id"], _A["status"], _A["callback_sequence"]
+A_STARTED, A_FINISHED, A_EXIT = _A["started_at_ms"], _A["finished_at_ms"], _A["exit_code"]
 
 RUN_NEXT = {k.value: frozenset(v.value for v in vs) for k, vs in RUN_TRANSITIONS.items()}
 ATTEMPT_NEXT = {k.value: frozenset(v.value for v in vs) for k, vs in ATTEMPT_TRANSITIONS.items()}
@@ -180,22 +185,25 @@ class RawConflict(Exception):
 
 @dataclass(frozen=True)
 class Statement:
-    """One SQL text exactly as SqlRunStore sends it to the driver, and the order of its positional parameters
-    (None: the driver takes named parameters, a dict)."""
+    """One SQL text exactly as SqlRunStore sends it to the driver, with its parameters in a fixed order: the raw
+    side builds plain value lists in that order, passed as they are where the text has positional placeholders
+    (SQLite) and zipped into the dict that named ones take (psycopg's ``%(name)s``, as RunService passes)."""
 
     sql: str
-    order: tuple[str, ...] | None
+    names: tuple[str, ...]
+    named: bool
 
     @classmethod
-    def of(cls, prepared: Any, dialect: Any) -> Statement:
+    def of(cls, prepared: Any, dialect: Any, names: tuple[str, ...]) -> Statement:
         # _Prepared._for is where SqlRunStore compiles its statements once per dialect: the texts are taken from
         # there, not written again here, so the two sides cannot drift apart.
         sql, order, defaults = prepared._for(dialect)
         assert not defaults, f"a statement with parameters the raw side does not fill: {defaults}"
-        return cls(sql, order)
+        assert order is None or tuple(order) == names, f"parameter order {order} is not {names}"
+        return cls(sql, names, order is None)
 
-    def args(self, values: dict[str, Any]) -> Any:
-        return values if self.order is None else tuple(values[name] for name in self.order)
+    def args(self, values: Sequence[Any]) -> Any:
+        return dict(zip(self.names, values, strict=True)) if self.named else values
 
 
 class RawStore:
@@ -206,38 +214,41 @@ class RawStore:
     conditions and row-count checks. SQLite: ``BEGIN IMMEDIATE`` first, as engine.py issues for writes.
     PostgreSQL: the transaction opened implicitly by psycopg and the same pipelines as `_execute_all`: a
     command's first read carries the BEGIN (a pipeline of one statement), the writes of a change go out
-    together in one pipeline, COMMIT on its own.
+    together in one pipeline, COMMIT on its own. Rows are plain lists and tuples in column order, as a hand
+    written DB-API program keeps them.
     """
 
     def __init__(self, conn: Any, dialect: Any, *, begin: str | None, pipeline: bool) -> None:
         self.conn = conn
         self.begin = begin
         self.pipeline = pipeline
-        self.select_run = Statement.of(_SELECT_RUN, dialect)
-        self.select_attempt = Statement.of(_SELECT_ATTEMPT, dialect)
-        self.insert_run = Statement.of(_INSERT_RUN, dialect)
-        self.insert_attempt = Statement.of(_INSERT_ATTEMPT, dialect)
-        self.insert_event = Statement.of(_INSERT_EVENT, dialect)
-        self.update_run = Statement.of(_UPDATE_RUN, dialect)
-        self.update_attempt = Statement.of(_UPDATE_ATTEMPT, dialect)
+        self.select_run = Statement.of(_SELECT_RUN, dialect, ("b_id",))
+        self.select_attempt = Statement.of(_SELECT_ATTEMPT, dialect, ("b_id",))
+        self.insert_run = Statement.of(_INSERT_RUN, dialect, RUN_COLS)
+        self.insert_attempt = Statement.of(_INSERT_ATTEMPT, dialect, ATT_COLS)
+        self.insert_event = Statement.of(_INSERT_EVENT, dialect, EVT_COLS)
+        self.update_run = Statement.of(_UPDATE_RUN, dialect, (*RUN_COLS[1:], "b_id", "b_version"))
+        self.update_attempt = Statement.of(_UPDATE_ATTEMPT, dialect,
+                                           (*ATT_COLS[1:], "b_id", "b_status", "b_sequence"))
 
-    def _send(self, statements: list[tuple[Statement, Any]], *, opens: bool = False) -> list[Any]:
-        """Each statement on its own cursor; on PostgreSQL in one pipeline when several are sent, or when one
-        opens the transaction (as `_pipeline_for` decides). Returns the cursors, results read after the sync."""
+    def _send(self, statements: list[tuple[Statement, Any, bool]], *, opens: bool = False) -> list[Any]:
+        """Each (statement, args, many) on its own cursor, ``many`` with executemany; on PostgreSQL in one
+        pipeline when several are sent, or when one opens the transaction (as `_pipeline_for` decides). Returns
+        the cursors, whose results are read after the sync."""
         batched = self.pipeline and (len(statements) > 1 or opens)
         cursors = []
         with self.conn.pipeline() if batched else nullcontext():
-            for statement, args in statements:
+            for statement, args, many in statements:
                 cursor = self.conn.cursor()
                 cursors.append(cursor)
-                if isinstance(args, list):
+                if many:
                     cursor.executemany(statement.sql, args)
                 else:
                     cursor.execute(statement.sql, args)
         return cursors
 
     def _read_one(self, statement: Statement, args: Any, *, opens: bool) -> Any:
-        cursor = self._send([(statement, args)], opens=opens)[0]
+        cursor = self._send([(statement, args, False)], opens=opens)[0]
         try:
             return cursor.fetchone()
         finally:
@@ -253,29 +264,33 @@ class RawStore:
         """create_run + build: insert the Run (dispatching, v0), Attempt 1 (claimed) and 4 events."""
         at_ms = time.time_ns() // 1_000_000
         run_id, attempt_id = new_id(), new_id()
-        run = dict.fromkeys(RUN_COLS)
-        run.update(id=run_id, project_id=PROJECT, task_id=TASK, task_revision=REVISION, legacy_cron_id=CRON_ID,
-                   trigger_type=TRIGGER_TYPE, status="dispatching", version=0, event_sequence=4, priority=0,
-                   request_fingerprint=_fingerprint(), created_at_ms=at_ms, queued_at_ms=at_ms, synthesized=False)
-        att = dict.fromkeys(ATT_COLS)
-        att.update(id=attempt_id, run_id=run_id, attempt=1, status="claimed", executor_type=EXECUTOR, pid=PID,
-                   callback_sequence=0, created_at_ms=at_ms, synthesized=False)
-        actor_type, actor_id = ACTOR.type.value, ACTOR.id
-
-        def event(sequence: int, kind: str, payload: dict[str, Any], attempt: str | None = None) -> Any:
-            return self.insert_event.args({
-                "id": new_id(), "run_id": run_id, "sequence": sequence, "type": kind, "dedupe_key": None,
-                "actor_type": actor_type, "actor_id": actor_id, "attempt_id": attempt, "step_run_id": None,
-                "payload": _dumps(payload), "created_at_ms": at_ms})
-
-        events = [event(1, "run.created", {}), event(2, "run.queued", {"from": "created", "to": "queued"}),
-                  event(3, "run.dispatching", {"from": "queued", "to": "dispatching"}),
-                  event(4, "attempt.claimed", {"attempt": 1}, attempt_id)]
+        run: list[Any] = [None] * len(RUN_COLS)
+        run[R_ID] = run_id
+        run[_R["project_id"]], run[_R["task_id"]], run[_R["task_revision"]] = PROJECT, TASK, REVISION
+        run[_R["legacy_cron_id"]], run[_R["trigger_type"]] = CRON_ID, TRIGGER_TYPE
+        run[R_STATUS], run[R_VERSION], run[R_EVSEQ], run[_R["priority"]] = "dispatching", 0, 4, 0
+        run[_R["request_fingerprint"]] = _fingerprint()
+        run[_R["created_at_ms"]] = run[R_QUEUED] = at_ms
+        run[_R["synthesized"]] = False
+        att: list[Any] = [None] * len(ATT_COLS)
+        att[_A["id"]], att[A_RUN_ID], att[_A["attempt"]], att[A_STATUS] = attempt_id, run_id, 1, "claimed"
+        att[_A["executor_type"]], att[_A["pid"]], att[A_SEQ] = EXECUTOR, PID, 0
+        att[_A["created_at_ms"]], att[_A["synthesized"]] = at_ms, False
+        actor_type, actor_id, args = ACTOR.type.value, ACTOR.id, self.insert_event.args
+        events = [
+            args((new_id(), run_id, 1, "run.created", None, actor_type, actor_id, None, None, _dumps({}), at_ms)),
+            args((new_id(), run_id, 2, "run.queued", None, actor_type, actor_id, None, None,
+                  _dumps({"from": "created", "to": "queued"}), at_ms)),
+            args((new_id(), run_id, 3, "run.dispatching", None, actor_type, actor_id, None, None,
+                  _dumps({"from": "queued", "to": "dispatching"}), at_ms)),
+            args((new_id(), run_id, 4, "attempt.claimed", None, actor_type, actor_id, attempt_id, None,
+                  _dumps({"attempt": 1}), at_ms)),
+        ]
         try:
             self._begin()
-            for cursor in self._send([(self.insert_run, self.insert_run.args(run)),
-                                      (self.insert_attempt, self.insert_attempt.args(att)),
-                                      (self.insert_event, events)]):
+            for cursor in self._send([(self.insert_run, self.insert_run.args(run), False),
+                                      (self.insert_attempt, self.insert_attempt.args(att), False),
+                                      (self.insert_event, events, True)]):
                 cursor.close()
             self.conn.commit()
         except BaseException:
@@ -294,52 +309,51 @@ class RawStore:
         key = f"attempt-transition:{attempt_id}:{expected_seq}:{to}"
         try:
             self._begin()
-            row = self._read_one(self.select_run, self.select_run.args({"b_id": run_id}), opens=True)
+            row = self._read_one(self.select_run, self.select_run.args((run_id,)), opens=True)
             # Like RunService: no dedupe pre-read on the happy path; the unique (run_id, dedupe_key)
             # index refuses a replay, and the key is looked up only after a refusal.
-            if row is None or row[_R["version"]] != expected_version:
+            if row is None or row[R_VERSION] != expected_version:
                 raise RawConflict("run missing or version")
-            arow = self._read_one(self.select_attempt, self.select_attempt.args({"b_id": attempt_id}), opens=False)
-            if (arow is None or arow[_A["run_id"]] != run_id or arow[_A["status"]] != expected_status
-                    or arow[_A["callback_sequence"]] != expected_seq):
+            arow = self._read_one(self.select_attempt, self.select_attempt.args((attempt_id,)), opens=False)
+            if (arow is None or arow[A_RUN_ID] != run_id or arow[A_STATUS] != expected_status
+                    or arow[A_SEQ] != expected_seq):
                 raise RawConflict("attempt status/sequence")
             if to not in ATTEMPT_NEXT[expected_status]:
                 raise RawConflict(f"attempt {expected_status}->{to}")
-            att = dict(zip(ATT_COLS, arow, strict=True))
-            att.update(status=to, callback_sequence=expected_seq + 1)
+            att = list(arow)
+            att[A_STATUS], att[A_SEQ] = to, expected_seq + 1
             if to == "running":
-                att["started_at_ms"] = att["started_at_ms"] or at_ms
-            elif to != "starting" and att["finished_at_ms"] is None:
-                att["finished_at_ms"] = at_ms
+                if att[A_STARTED] is None:
+                    att[A_STARTED] = at_ms
+            elif to != "starting" and att[A_FINISHED] is None:
+                att[A_FINISHED] = at_ms
             payload: dict[str, Any] = {"from": expected_status, "to": to}
             if exit_code is not None:
-                att["exit_code"] = payload["exit_code"] = exit_code
-            actor_type, actor_id = ACTOR.type.value, ACTOR.id
-            run = dict(zip(RUN_COLS, row, strict=True))
-            base_seq = run["event_sequence"]
-            events = [{"id": new_id(), "run_id": run_id, "sequence": base_seq + 1, "type": f"attempt.{to}",
-                       "dedupe_key": key, "actor_type": actor_type, "actor_id": actor_id, "attempt_id": attempt_id,
-                       "step_run_id": None, "payload": _dumps(payload), "created_at_ms": at_ms}]
+                att[A_EXIT] = exit_code
+                payload["exit_code"] = exit_code
+            actor_type, actor_id, args = ACTOR.type.value, ACTOR.id, self.insert_event.args
+            base_seq = row[R_EVSEQ]
+            events = [args((new_id(), run_id, base_seq + 1, f"attempt.{to}", key, actor_type, actor_id, attempt_id,
+                            None, _dumps(payload), at_ms))]
+            run = list(row)
             if run_to is not None:
-                current = run["status"]
+                current = run[R_STATUS]
                 if run_to not in RUN_NEXT[current]:
                     raise RawConflict(f"run {current}->{run_to}")
-                run["status"] = run_to
+                run[R_STATUS] = run_to
                 if run_to == "running":
-                    run["started_at_ms"] = run["started_at_ms"] or at_ms
-                elif run_to in RUN_TERMINAL_VALUES and run["finished_at_ms"] is None:
-                    run["finished_at_ms"] = at_ms
-                events.append({"id": new_id(), "run_id": run_id, "sequence": base_seq + 2, "type": f"run.{run_to}",
-                               "dedupe_key": f"{key}#2", "actor_type": actor_type, "actor_id": actor_id,
-                               "attempt_id": None, "step_run_id": None,
-                               "payload": _dumps({"from": current, "to": run_to}), "created_at_ms": at_ms})
-            run.update(version=expected_version + 1, event_sequence=base_seq + len(events))
-            del run["id"], att["id"]
+                    if run[R_STARTED] is None:
+                        run[R_STARTED] = at_ms
+                elif run_to in RUN_TERMINAL_VALUES and run[R_FINISHED] is None:
+                    run[R_FINISHED] = at_ms
+                events.append(args((new_id(), run_id, base_seq + 2, f"run.{run_to}", f"{key}#2", actor_type,
+                                    actor_id, None, None, _dumps({"from": current, "to": run_to}), at_ms)))
+            run[R_VERSION], run[R_EVSEQ] = expected_version + 1, base_seq + len(events)
             cursors = self._send([
-                (self.update_run, self.update_run.args({**run, "b_id": run_id, "b_version": expected_version})),
-                (self.update_attempt, self.update_attempt.args({**att, "b_id": attempt_id, "b_status": expected_status,
-                                                                "b_sequence": expected_seq})),
-                (self.insert_event, [self.insert_event.args(e) for e in events])])
+                (self.update_run, self.update_run.args((*run[1:], run_id, expected_version)), False),
+                (self.update_attempt, self.update_attempt.args((*att[1:], attempt_id, expected_status,
+                                                                expected_seq)), False),
+                (self.insert_event, events, True)])
             counts = [cursor.rowcount for cursor in cursors]
             for cursor in cursors:
                 cursor.close()
