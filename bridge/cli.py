@@ -232,13 +232,14 @@ def status() -> None:
 
     settings = _settings()
     store = _store(settings)
-    modes, outbox = "", None
+    modes, outbox, bypassed = "", None, []
     try:
         summary = summarize(store.engine)  # a store newer than the code is refused here
         if summary.up_to_date:
             modes = ", ".join(f"{o}={m.value}" for o, m in build_flags(store).modes().items() if m.value != "off")
             modes = modes or "every origin off (pure pass-through)"
             outbox = projection_status(store.engine)
+            bypassed = _seam_findings(store)
     finally:
         store.close()
     console = _console()
@@ -253,8 +254,20 @@ def status() -> None:
         table.add_row(name, str(count))
     table.add_row("events", str(summary.events))
     console.print(table)
+    for finding in bypassed:
+        console.print(f"seam     {finding.message}: {finding.as_dict()['fix']}")
     if not summary.up_to_date:
         sys.exit(1)
+
+
+def _seam_findings(store: Store) -> list[Any]:
+    """Origins whose recent executions mostly never reached the bridge (projections/seam.py)."""
+    import time
+
+    from bridge.storage.seam_queries import recent_coverage
+    from projections.seam import SEAM_WINDOW_MS, bypass_findings
+
+    return bypass_findings(recent_coverage(store.engine, int(time.time() * 1000) - SEAM_WINDOW_MS))
 
 
 @main.command()
