@@ -7,6 +7,11 @@ short bridge-store transaction that re-checks their keys and also advances the `
 interrupted import resumes after its last committed batch; idempotency keys make a re-run (even without the
 cursor) import nothing twice.
 
+A store with one writer at a time (SQLite) is shared with a serving bridge whose shadow writes have 50 ms
+before the shell is answered: there each write batch is sized so that its transaction holds the store's write
+lock for about ``write_budget_ms`` (measured, batch after batch), and the next one begins no sooner than
+IMPORT_GAP_MS after it, long enough for a writer polling in SQLite's busy handler to get in between.
+
 Per instance:
 
 - finished / error / stopped: a terminal Run + Attempt 1 in mode ``legacy_import`` (key
@@ -85,6 +90,16 @@ IMPORT_BUSY_BUDGET_MS = 5_000
 IMPORT_BUSY_ATTEMPTS = 10
 BATCH_ATTEMPTS = 3  # a batch that lost a race to a concurrent shadow write is retried whole
 BATCH_RETRY_SLEEP_S = 0.05
+# On a store with one writer at a time: how long one batch may hold the write lock. A shadow write that
+# arrives meanwhile waits that long plus its busy handler's next poll (1, 3, 8, 18, 33 ms ...), well inside
+# its 50 ms budget. The batch size follows the measured hold, between MIN_WRITE_ROWS and batch_size.
+IMPORT_WRITE_BUDGET_MS = 15
+FIRST_WRITE_ROWS = 32
+MIN_WRITE_ROWS = 8
+# ... and how long the lock is left free after each batch: longer than the busy handler's poll interval
+# for a writer that has waited up to 50 ms (20 ms), so that one gets in. Building the next batch's Runs
+# happens in this gap.
+IMPORT_GAP_MS = 25
 
 _SYNTH = {"synthesized": True}
 _EXIT_CODE_RANGE = range(-(2**53 - 1), 2**53)  # what 2.x accepts (Joi: a safe number); BIGINT since revision 0009
@@ -141,11 +156,14 @@ BatchHook = Callable[[int], None]
 
 
 def run_import(settings: Settings, *, batch_size: int = DEFAULT_BATCH_SIZE, console: Console | None = None,
-               resume: bool = True, after_batch: BatchHook | None = None, clock: Clock | None = None) -> ImportSummary:
+               resume: bool = True, after_batch: BatchHook | None = None, clock: Clock | None = None,
+               write_budget_ms: int = IMPORT_WRITE_BUDGET_MS) -> ImportSummary:
     """Import 2.x's RunningInstances into the bridge store; returns what was done.
 
-    ``resume`` False rescans from the first instance (the idempotency keys skip what is already there; the
-    cursor never moves back). ``after_batch`` is called with the batch's last instance id after each commit.
+    ``batch_size`` instances are read at a time and written in batches of at most that many (on SQLite, as
+    many as ``write_budget_ms`` of write lock allows). ``resume`` False rescans from the first instance (the
+    idempotency keys skip what is already there; the cursor never moves back). ``after_batch`` is called with
+    the batch's last instance id after each commit.
     ``console`` receives the progress bar (default: stderr). Raises ImportRefusedError (nothing written),
     SchemaMismatchError when the store is not at the current revision, StoreBusyError / StoreUnavailableError,
     and whatever ``after_batch`` raises (the batches committed so far stay, the next run resumes after them).
@@ -165,7 +183,8 @@ def run_import(settings: Settings, *, batch_size: int = DEFAULT_BATCH_SIZE, cons
         reader = _checked_reader(source, copy)
         store = build_store(settings)
         _require_current_schema(store.engine)
-        summary = _Importer(settings, store.engine, reader, batch_size, clock or SystemClock()).run(
+        pacing = _Pacing(batch_size, write_budget_ms / 1000) if store.engine.dialect.name == "sqlite" else None
+        summary = _Importer(settings, store.engine, reader, batch_size, clock or SystemClock(), pacing).run(
             console or Console(stderr=True), resume, after_batch)
     finally:
         if store is not None:
@@ -383,11 +402,44 @@ _ENDED = {
 }
 
 
+class _Pacing:
+    """Write batches sized to a budget of write-lock time, with a gap after each: for a store with one
+    writer at a time, shared with a serving bridge."""
+
+    def __init__(self, batch_size: int, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self.most = batch_size
+        self.least = min(batch_size, MIN_WRITE_ROWS)
+        self.rows = min(batch_size, FIRST_WRITE_ROWS)
+        self._free_from = 0.0  # monotonic time before which the next batch does not take the lock
+
+    def batches(self, chunk: list[T]) -> Iterator[list[T]]:
+        """``chunk`` in batches of the current size (which each written batch adjusts)."""
+        start = 0
+        while start < len(chunk):
+            batch = chunk[start:start + self.rows]
+            start += len(batch)
+            yield batch
+
+    def wait_turn(self) -> None:
+        """Before taking the write lock: the gap after the last batch, less what building this one took."""
+        pause = self._free_from - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+
+    def written(self, rows: int, held_s: float) -> None:
+        """A batch of ``rows`` held the lock ``held_s``: size the next one to the budget (at most doubling)."""
+        self._free_from = time.monotonic() + IMPORT_GAP_MS / 1000
+        fits = rows * self.budget_s / max(held_s, 1e-4)
+        self.rows = int(max(self.least, min(self.most, 2 * self.rows, (self.rows + fits) / 2)))
+
+
 class _Importer:
     def __init__(self, settings: Settings, engine: Engine, reader: LegacyReader, batch_size: int,
-                 clock: Clock) -> None:
+                 clock: Clock, pacing: _Pacing | None = None) -> None:
         self.reader = reader
         self.batch_size = batch_size
+        self.pacing = pacing
         self.clock = clock
         self.cap = settings.payload_cap_bytes
         self.uow = SqlUnitOfWork(engine, busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
@@ -411,7 +463,8 @@ class _Importer:
                       console=console, transient=False) as bar:
             task = bar.add_task("import", total=summary.total)
             instances = self.reader.iter_instances(after_id=start, batch_size=self.batch_size)
-            for batch in _chunks(instances, self.batch_size):
+            chunks = _chunks(instances, self.batch_size)
+            for batch in (b for chunk in chunks for b in self.pacing.batches(chunk)) if self.pacing else chunks:
                 counts, revisions = self._commit(batch)
                 self._remember(revisions)
                 summary._add(counts)
@@ -428,14 +481,26 @@ class _Importer:
         The write transaction re-checks the keys, so what a concurrent shadow write committed in between is
         skipped. If a racing insert still wins (or the store stays locked), the batch is retried whole.
         """
+        began: list[float] = []  # when each try's transaction had taken the write lock
+
+        def write(tx: RunTransaction, planned: list[_Planned]) -> tuple[Counter[str], set[str]]:
+            began.append(time.monotonic())  # BEGIN IMMEDIATE has just taken it
+            return self._write(tx, planned, batch)
+
         for attempt in range(1, BATCH_ATTEMPTS + 1):
             planned = self._prepare(batch)
+            if self.pacing is not None:
+                self.pacing.wait_turn()
             try:
-                return self.runs.transaction(lambda tx, planned=planned: self._write(tx, planned, batch))
+                result = self.runs.transaction(lambda tx, planned=planned: write(tx, planned))
             except (IdempotencyKeyTakenError, DedupeKeyTakenError, StorageError):
                 if attempt == BATCH_ATTEMPTS:
                     raise
                 time.sleep(BATCH_RETRY_SLEEP_S * attempt)
+                continue
+            if self.pacing is not None:
+                self.pacing.written(len(batch), time.monotonic() - began[-1])
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _remember(self, revisions: Iterable[str]) -> None:
