@@ -17,8 +17,22 @@ For each size N:
    transaction; "write tx" is BEGIN IMMEDIATE .. COMMIT of its write, i.e. how long the store's write lock is
    held per batch. A second run_import in the same child must import nothing.
 
-Prints one table, and the target line. This is a benchmark, not a test: it asserts nothing about timing and
-exits 0 after printing (1 if an import failed or wrote the wrong number of rows).
+Prints one table, and the target line.
+
+    python -m tests.bench.bench_import --beside-serve [--instances 40000] [--rate 20] [--block-seconds 5]
+                                                      [--repeats 3]
+
+Beside `serve`: what an import costs a serving bridge's shadow writes on the same SQLite store. One process
+records shadow executions as `serve` does (ShadowRecorder over SqlUnitOfWork, the store opened by make_engine
+as serve opens it), ``--rate`` executions a second, each a start and then an end callback, and times every
+write: the shell waits for it up to the 50 ms shadow budget. Another process runs run_import over a 2.x history
+of ``--instances`` rows, paused between two of its batches during the "off" blocks. Blocks of
+``--block-seconds`` alternate off/on (ABBA over ``--repeats``). Prints per side and repetition the shadow
+writes' p50 / p99 / max, the share over 50 ms, the p99 ratio on ÷ off, and the import's write transactions
+(how long each held the store's write lock) and instances per second while on.
+
+This is a benchmark, not a test: it asserts nothing about timing and exits 0 after printing (1 if an import
+failed or wrote the wrong number of rows).
 """
 
 from __future__ import annotations
@@ -137,13 +151,14 @@ def child_main(spec: dict[str, Any]) -> None:
     from bridge.config import Settings
     from bridge.storage.engine import make_engine
     from bridge.storage.schema import run_events_table, runs_table
+    from bridge.storage.unit_of_work import SqlUnitOfWork
 
     settings = Settings(database_url=spec["url"], data_dir=Path(spec["data_dir"]),
                         legacy_data_dir=Path(spec["legacy_dir"]), legacy_tz="UTC", legacy_scheduler="node")
     batch_seconds: list[float] = []
     write_seconds: list[float] = []
     real_commit = importer._Importer._commit
-    real_once = importer._ImportUnitOfWork._once
+    real_once = SqlUnitOfWork._once
 
     def timed_commit(self: Any, batch: Any) -> Any:
         t0 = time.perf_counter()
@@ -161,7 +176,7 @@ def child_main(spec: dict[str, Any]) -> None:
                 write_seconds.append(time.perf_counter() - t0)
 
     importer._Importer._commit = timed_commit  # type: ignore[method-assign]
-    importer._ImportUnitOfWork._once = timed_once  # type: ignore[method-assign]
+    SqlUnitOfWork._once = timed_once  # type: ignore[method-assign]
     quiet = Console(file=io.StringIO())
     gc.collect()
     try:
@@ -282,6 +297,181 @@ def report(results: list[dict[str, Any]], batch_size: int) -> bool:
     return ok
 
 
+# ---------------------------------------------------------------------------------------------------
+# Beside serve: a serving bridge's shadow writes while an import runs, side by side
+# ---------------------------------------------------------------------------------------------------
+
+SHADOW_BUDGET_MS = 50.0  # BRIDGE_SHADOW_BUDGET_MS: how long the shell waits for a shadow write
+
+
+def serve_writer(url: str, crons: list[int], rate: float, stop: Any, pipe: Any) -> None:
+    """`serve`'s shadow writes: ``rate`` executions a second, start then end, each write timed."""
+    from bridge.service.clock import SystemClock
+    from bridge.service.run_service import RunService
+    from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+    from bridge.storage.engine import make_engine
+    from bridge.storage.unit_of_work import SqlUnitOfWork
+
+    engine = make_engine(url)
+    recorder = ShadowRecorder(RunService(SqlUnitOfWork(engine), clock=SystemClock()))
+    context = ExecutionContext(origin="manual", evidence="bench", task_revision="bench")
+    samples: list[tuple[float, float]] = []  # (monotonic time the write began, its duration in ms)
+    rng, i, t0 = random.Random(3), 0, time.monotonic()
+    while not stop.is_set():
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        now_ms = time.time_ns() // 1_000_000
+        cron = rng.choice(crons)
+        facts = CallbackFacts(cron_id=cron, pid=900_000 + i, log_ref=f"serve-{i}", started_at_ms=now_ms,
+                              duration_ms=None, exit_code=None, received_at_ms=now_ms)
+        for end in (False, True):
+            if end:
+                facts = CallbackFacts(cron_id=cron, pid=facts.pid, log_ref=facts.log_ref, started_at_ms=now_ms,
+                                      duration_ms=5, exit_code=0, received_at_ms=now_ms + 5)
+            began = time.monotonic()
+            try:
+                recorder.record_end(facts, lambda: context) if end else recorder.record_start(facts, context)
+            except Exception:  # noqa: BLE001 - a failed shadow write counts as over budget
+                pass
+            samples.append((began, (time.monotonic() - began) * 1000))
+        i += 1
+    engine.dispose()
+    pipe.send(samples)
+
+
+def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> None:
+    """run_import, holding still between two batches while ``paused`` is set (``idle`` says it is)."""
+    from rich.console import Console
+
+    import bridge.importer as importer
+    from bridge.config import Settings
+    from bridge.storage.unit_of_work import SqlUnitOfWork
+
+    writes: list[tuple[float, float, int]] = []  # (monotonic end, held ms, instances) per write transaction
+    real_once, real_write = SqlUnitOfWork._once, importer._Importer._write
+    rows: list[int] = [0]
+
+    def counted_write(self: Any, tx: Any, planned: Any, batch: Any) -> Any:
+        rows[0] = len(batch)
+        return real_write(self, tx, planned, batch)
+
+    def timed_once(self: Any, work: Any, read_only: bool) -> Any:
+        t0 = time.monotonic()
+        try:
+            return real_once(self, work, read_only)
+        finally:
+            if not read_only:
+                writes.append((time.monotonic(), (time.monotonic() - t0) * 1000, rows[0]))
+
+    def hold_still(_last_id: int) -> None:
+        while paused.is_set():
+            idle.set()
+            time.sleep(0.005)
+        idle.clear()
+
+    SqlUnitOfWork._once = timed_once  # type: ignore[method-assign]
+    importer._Importer._write = counted_write  # type: ignore[method-assign]
+    settings = Settings(database_url=spec["url"], data_dir=Path(spec["data_dir"]),
+                        legacy_data_dir=Path(spec["legacy_dir"]), legacy_tz="UTC", legacy_scheduler="node")
+    summary = importer.run_import(settings, console=Console(file=io.StringIO()), after_batch=hold_still)
+    idle.set()
+    pipe.send({"writes": writes, "imported": summary.imported + summary.handed_to_shadow,
+               "batches": summary.batches})
+
+
+def beside_serve(args: argparse.Namespace) -> int:
+    import multiprocessing
+
+    from bridge.storage.engine import make_engine
+    from bridge.storage.migrate import upgrade
+    from legacy_adapters.testing.datadir import create_legacy_data_dir
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-import-beside-"))
+    try:
+        data = create_legacy_data_dir(tmp / "ql", now_s=BEGIN_S)
+        write_legacy(data.database_path, args.instances, args.crons, args.seed)
+        url = f"sqlite:///{tmp / 'bridge.sqlite'}"
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        spec = {"url": url, "data_dir": str(tmp / "bridge-data"), "legacy_dir": str(data.root)}
+        ctx = multiprocessing.get_context("spawn")
+        stop, paused, idle = ctx.Event(), ctx.Event(), ctx.Event()
+        paused.set()  # the import does its first batch, then waits for the first "on" block
+        serve_end, serve_pipe = ctx.Pipe()
+        import_end, import_pipe = ctx.Pipe()
+        importer_proc = ctx.Process(target=paused_import, args=(spec, paused, idle, import_pipe), daemon=True)
+        serve_proc = ctx.Process(target=serve_writer, args=(url, list(range(1, args.crons + 1)), args.rate, stop,
+                                                            serve_pipe), daemon=True)
+        importer_proc.start()
+        if not idle.wait(300):
+            raise RuntimeError("the import did not reach its first batch")
+        serve_proc.start()
+        time.sleep(2.0)  # the writer's process starts and warms up
+        blocks: list[dict[str, Any]] = []
+        for rep in range(args.repeats):
+            for side in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+                if side == "off":
+                    paused.set()
+                    idle.wait(30)  # between two batches
+                else:
+                    paused.clear()
+                time.sleep(0.2)
+                started = time.monotonic()
+                time.sleep(args.block_seconds)
+                blocks.append({"rep": rep, "side": side, "from": started, "to": time.monotonic(),
+                               "finished": side == "on" and not importer_proc.is_alive()})
+        stop.set()
+        samples = serve_end.recv()
+        paused.clear()
+        result = import_end.recv()
+        importer_proc.join(600)
+        serve_proc.join(60)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report_beside(args, blocks, samples, result)
+    return 0
+
+
+def report_beside(args: argparse.Namespace, blocks: list[dict[str, Any]], samples: list[tuple[float, float]],
+                  result: dict[str, Any]) -> None:
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+    print(f"\n== beside serve: shadow writes at {args.rate:g} executions/s (start + end) on the SQLite store, "
+          f"an import of {args.instances} 2.x instances paused (off) or running (on), blocks of "
+          f"{args.block_seconds:g} s ==")
+    head = (f"{'rep':>3} {'side':>4} {'writes':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'> 50 ms':>8} "
+            f"{'import tx':>9} {'tx held p50/p99/max ms':>23} {'inst/s':>7} {'p99 on/off':>10}")
+    print(head)
+    print("-" * len(head))
+    ratios, pooled = [], {"off": [], "on": []}  # type: ignore[var-annotated]
+    for rep in range(args.repeats):
+        sides = {}
+        for side in ("off", "on"):
+            (block,) = [b for b in blocks if b["rep"] == rep and b["side"] == side]
+            inside = [w for w in result["writes"] if block["from"] <= w[0] < block["to"]]
+            sides[side] = (block, [ms for at, ms in samples if block["from"] <= at < block["to"]],
+                           [ms for _, ms, _ in inside], sum(n for _, _, n in inside))
+        ratio = pct(sides["on"][1], .99) / max(pct(sides["off"][1], .99), 1e-9)
+        ratios.append(ratio)
+        for side, (block, waits, held, rows) in sides.items():
+            pooled[side] += waits
+            print(f"{rep + 1:>3} {side:>4} {len(waits):>6} {pct(waits, .5):>7.2f} {pct(waits, .99):>7.2f} "
+                  f"{max(waits, default=float('nan')):>7.1f} "
+                  f"{100 * sum(w > SHADOW_BUDGET_MS for w in waits) / max(len(waits), 1):>7.1f}% {len(held):>9} "
+                  f"{pct(held, .5):>7.1f}/{pct(held, .99):>6.1f}/{max(held, default=float('nan')):>6.1f} "
+                  f"{rows / (block['to'] - block['from']):>7.0f} {f'{ratio:.2f}' if side == 'on' else '':>10}"
+                  + ("  (import had finished)" if block["finished"] else ""))
+    print(f"all: off p99 {pct(pooled['off'], .99):.2f} ms, on p99 {pct(pooled['on'], .99):.2f} ms; over 50 ms: "
+          f"off {sum(w > SHADOW_BUDGET_MS for w in pooled['off'])} of {len(pooled['off'])}, on "
+          f"{sum(w > SHADOW_BUDGET_MS for w in pooled['on'])} of {len(pooled['on'])}; p99 on ÷ off per repetition "
+          f"{min(ratios):.2f}-{max(ratios):.2f}")
+    print(f"import: {result['imported']} instances in {result['batches']} batches")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -290,10 +480,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--beside-serve", action="store_true", help="shadow writes with and without an import")
+    parser.add_argument("--instances", type=int, default=40_000, help="beside serve: 2.x instances to import")
+    parser.add_argument("--rate", type=float, default=20.0, help="beside serve: shadow executions a second")
+    parser.add_argument("--block-seconds", type=float, default=5.0, help="beside serve: one measured block")
+    parser.add_argument("--repeats", type=int, default=3, help="beside serve: off/on pairs")
     args = parser.parse_args(argv)
     if args.child:
         child_main(json.loads(args.child))
         return 0
+    if args.beside_serve:
+        return beside_serve(args)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     print(f"bench_import: sizes {sizes}, {args.crons} crons, batch {args.batch_size}, python "
           f"{sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, {os.cpu_count()} CPUs")
