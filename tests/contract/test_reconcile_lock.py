@@ -2,31 +2,23 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
 from bridge.storage.reconcile_queries import ReconcileStore
+from tests.bench.stores import fresh_store
 from tests.conftest import Backend
 
 
 @pytest.fixture
-def other_schema_store(postgres_url: str) -> Iterator[ReconcileStore]:
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    engine = make_engine(postgres_url, pg_search_path=schema)
-    upgrade(engine)
-    yield ReconcileStore(engine)
-    engine.dispose()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    admin.dispose()
+def other_schema_store(postgres_url: str, tmp_path: Path) -> Iterator[ReconcileStore]:
+    with fresh_store("postgres", tmp_path, postgres_url, name="other") as (url, schema):
+        engine = make_engine(url, pg_search_path=schema)
+        yield ReconcileStore(engine)
+        engine.dispose()
 
 
 @pytest.mark.postgres

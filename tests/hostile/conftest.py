@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
 from bridge.demo import CURL_HEADERS, bridge_process, free_port, read_log, serve_env
 from bridge.storage.engine import make_engine
@@ -23,6 +21,7 @@ from bridge.storage.migrate import upgrade
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
+from tests.bench.stores import fresh_store
 from tests.conftest import SQL_BACKENDS
 
 
@@ -114,25 +113,10 @@ def _children(pid: int) -> list[int]:
 @pytest.fixture(params=SQL_BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str | None]]:
     """(store URL, PostgreSQL schema or None), migrated to head."""
-    if request.param == "sqlite_backend":
-        url = f"sqlite:///{tmp_path / 'bridge.sqlite'}"
-        engine = make_engine(url)
-        upgrade(engine)
-        engine.dispose()
-        yield url, None
-        return
-    url = request.getfixturevalue("postgres_url")
-    schema = f"h_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    engine = make_engine(url, pg_search_path=schema)
-    upgrade(engine)
-    engine.dispose()
-    yield url, schema
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    admin.dispose()
+    backend = "sqlite" if request.param == "sqlite_backend" else "postgres"
+    pg_url = request.getfixturevalue("postgres_url") if backend == "postgres" else ""
+    with fresh_store(backend, tmp_path, pg_url, name="hostile") as created:
+        yield created
 
 
 def start_site(tmp_path: Path, store: tuple[str, str | None], **extra: str) -> Iterator[Site]:
