@@ -4,7 +4,8 @@
                                            [--tick S] [--lock-share F]
                                            [--phase lag|lock|both] [--scenario quiet|busy|both]
                                            [--waits busy-handler,tight-retry] [--block-seconds 10] [--repeats 3]
-                                           [--writer-interval 0.05] [--reader-interval 0.05] [--dir DIR]
+                                           [--writer-interval 0.01] [--writer-synchronous off|full]
+                                           [--reader-interval 0.05] [--dir DIR]
 
 Setup: a fresh SQLite bridge store (WAL, as `bridge serve` uses it) and a throwaway 2.x data dir with 2.x's
 exact DDL and ``--crons`` crons. A load thread runs ``--rate`` primary executions per second through the real
@@ -23,17 +24,20 @@ instance row per execution, each with the right status).
 Phase "lock": what 2.x's own writers pay for the projector. A child process stands in for 2.x (Node, its own
 process): every ``--writer-interval`` (jittered 0.5-1.5x) it writes one of its own crons' rows in ``BEGIN
 IMMEDIATE`` .. COMMIT, as Sequelize does with ``transactionType: IMMEDIATE``, and a panel reader polls
-Crontabs every ``--reader-interval``. Its wait for the lock is the time BEGIN IMMEDIATE took (it does no
-I/O) plus the time COMMIT waited for readers to let go (from its first refusal, its journal then written, to
-the try that succeeds), never the commit's own I/O: on this class of disk an fsync alone puts the p99 of a
-whole COMMIT at tens of ms with no other writer at all. Both ways of waiting: "busy-handler" (SQLite's busy
-handler with node-sqlite3's 1000 ms busy timeout, which 2.x inherits: it sleeps 1, 2, 5, 10, 15, 20, 25 ...
-ms between tries; COMMIT's retries follow the same schedule) and "tight-retry" (busy timeout 0, every try
-repeated at once: the lock's real occupancy). The load and the projector run throughout; blocks of ``--block-seconds``
-alternate (ABBA over ``--repeats``) between the projector writing 2.x ("on") and the same projector with a
-writer that touches nothing in 2.x and answers as if it had ("off"), so both sides carry the same bridge
-work. Prints the writer's p50 / p99 / max wait per side, per repetition, the on/off ratio of the p99s, and
-the projector's 2.x transactions per second; afterwards every row is projected again for real and the final
+Crontabs every ``--reader-interval``. It samples the lock a hundred times a second, so its own commits do
+not sync by default (``--writer-synchronous off``; its locking is the same): at that rate their fsyncs would
+crowd the disk and slow every commit, the projector's included, as 2.x's few real writes do not. Its wait
+for the lock is the time BEGIN IMMEDIATE took (it does no I/O) plus the time COMMIT waited for readers to
+let go (from its first refusal, its journal then written, to the try that succeeds), never the commit's own
+I/O: on this class of disk an fsync alone puts the p99 of a whole COMMIT at tens of ms with no other writer
+at all. Both ways of waiting: "busy-handler" (SQLite's busy handler with node-sqlite3's 1000 ms busy
+timeout, which 2.x inherits: it sleeps 1, 2, 5, 10, 15, 20, 25 ... ms between tries; COMMIT's retries
+follow the same schedule) and "tight-retry" (busy timeout 0, every try repeated at once: the lock's real
+occupancy). The load and the projector run throughout; blocks of ``--block-seconds`` alternate (ABBA over
+``--repeats``) between the projector writing 2.x ("on") and the same projector with a writer that touches
+nothing in 2.x and answers as if it had ("off"), so both sides carry the same bridge work. Prints the
+writer's p50 / p99 / max wait per side, per repetition, the on/off ratio of the p99s, and the projector's
+2.x transactions per second and lock holds; afterwards every row is projected again for real and the final
 2.x state checked.
 
 This is a benchmark, not a test: it prints the tables and exits 0 (1 only if the setup failed).
@@ -405,7 +409,7 @@ def legacy_writer_block(conn: sqlite3.Connection, wait: str, seconds: float, int
     return waits
 
 
-def legacy_child(pipe: Any, path: str, own: list[int], reader_interval: float) -> None:
+def legacy_child(pipe: Any, path: str, own: list[int], reader_interval: float, synchronous: str) -> None:
     """2.x in a process of its own: a panel reader polling Crontabs, and the writer, one block per request."""
     stop = threading.Event()
 
@@ -417,6 +421,7 @@ def legacy_child(pipe: Any, path: str, own: list[int], reader_interval: float) -
     if reader_interval > 0:
         threading.Thread(target=reader, daemon=True).start()
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
         while (request := pipe.recv()) is not None:
             wait, seconds, interval, seed = request
             pipe.send(legacy_writer_block(conn, wait, seconds, interval, own, random.Random(seed)))
@@ -439,7 +444,8 @@ def lock_phase(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         ShadowRecorder(runs), thread, crons, args.rate, 1e9, random.Random(2), stop)), daemon=True)
     parent, child_end = multiprocessing.get_context("spawn").Pipe()
     child = multiprocessing.get_context("spawn").Process(
-        target=legacy_child, args=(child_end, str(legacy.database_path), own, args.reader_interval), daemon=True)
+        target=legacy_child, args=(child_end, str(legacy.database_path), own, args.reader_interval,
+                                   args.writer_synchronous), daemon=True)
     child.start()
     load_thread.start()
     blocks: list[dict[str, Any]] = []
@@ -538,7 +544,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="phase lock: how 2.x's writer waits (busy-handler, tight-retry or both)")
     parser.add_argument("--block-seconds", type=float, default=10.0, help="phase lock: one measured block")
     parser.add_argument("--repeats", type=int, default=3, help="phase lock: on/off pairs per way of waiting")
-    parser.add_argument("--writer-interval", type=float, default=0.05, help="phase lock: 2.x writes every ...")
+    parser.add_argument("--writer-interval", type=float, default=0.01, help="phase lock: 2.x writes every ...")
+    parser.add_argument("--writer-synchronous", choices=("off", "full"), default="off",
+                        help="phase lock: the stand-in's own commits sync (full, as 2.x's) or not (off: it samples "
+                        "often without its syncs crowding the disk; its locking is the same)")
     parser.add_argument("--reader-interval", type=float, default=0.05, help="phase lock: 2.x panel reads every "
                         "... (0: none)")
     parser.add_argument("--dir", type=Path, default=None, help="where the stores go (default: a temp dir)")
