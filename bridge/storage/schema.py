@@ -127,19 +127,6 @@ runs_table = Table(
           postgresql_where=Column("idempotency_key").isnot(None)),
 )
 
-# SQLite only: Runs and their events per (status, origin; '' for none), kept by triggers in the transaction
-# that writes the Run (revision 0012), so `ql-bridge status` reads a few rows instead of counting the tables.
-# PostgreSQL has none: a counter row there would make concurrent writers wait for each other, and its planner
-# keeps estimates instead.
-run_counts_table = Table(
-    "run_counts", metadata,
-    Column("status", String(24), primary_key=True),
-    Column("origin", String(32), primary_key=True),
-    Column("runs", BigInteger, nullable=False),
-    Column("events", BigInteger, nullable=False),
-    info={"dialects": ("sqlite",)},
-)
-
 run_attempts_table = Table(
     "run_attempts", metadata,
     Column("id", String(36), primary_key=True),

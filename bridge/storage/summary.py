@@ -1,11 +1,13 @@
 """Read-only summary of the bridge store for `ql-bridge status`: schema revision and Run counts that do not walk
-the tables: kept counts on SQLite, the planner's estimates on PostgreSQL (each labelled as one), and every row
-counted only where neither exists (a SQLite store behind revision 0012, PostgreSQL tables never analyzed)."""
+the tables. A store of up to COUNT_EVERY_ROW_UP_TO Runs is counted; a larger one is estimated (PostgreSQL: its
+planner's statistics; SQLite, whose planner keeps none per value: a sample of Runs by row id), each estimate
+labelled as one, while open Runs and values the statistics call rare are counted from their index."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, func, inspect, select, text
 from sqlalchemy.exc import DBAPIError
@@ -13,12 +15,15 @@ from sqlalchemy.exc import DBAPIError
 from bridge.domain.model import RUN_ACTIVE, Origin, RunStatus
 from bridge.storage.errors import translate_operational_error
 from bridge.storage.migrate import refuse_newer_schema, schema_state
-from bridge.storage.schema import run_counts_table, run_events_table, runs_table
+from bridge.storage.schema import run_events_table, runs_table
 
 UNKNOWN_ORIGIN = "unknown"
-_OPEN_STATUSES = frozenset(s.value for s in RUN_ACTIVE)
-_ALL_STATUSES = frozenset(s.value for s in RunStatus)
-_ALL_ORIGINS = frozenset(o.value for o in Origin)
+COUNT_EVERY_ROW_UP_TO = 20_000  # Runs; counting them all costs a few milliseconds
+SAMPLE_SIZE = 1_000  # Runs read by row id for SQLite's estimate
+RARE_BELOW = 10  # sampled Runs under which a value is counted from its index instead (few, by the sample)
+_OPEN = frozenset(s.value for s in RUN_ACTIVE)
+_STATUSES = frozenset(s.value for s in RunStatus)
+_ORIGINS = frozenset(o.value for o in Origin)
 
 
 class Estimate(int):
@@ -31,8 +36,7 @@ class Estimate(int):
 def estimate(value: float) -> Estimate:
     """``value`` to three significant digits, so it does not read as an exact count."""
     whole = max(0, round(value))
-    digits = len(str(whole))
-    step = 10 ** max(0, digits - 3)
+    step = 10 ** max(0, len(str(whole)) - 3)
     return Estimate(round(whole / step) * step)
 
 
@@ -44,7 +48,7 @@ class StoreSummary:
     runs_by_status: dict[str, int] = field(default_factory=dict)
     runs_by_origin: dict[str, int] = field(default_factory=dict)
     events: int = 0
-    counted: str = "counted"  # "kept" (SQLite's counters), "estimated" (PostgreSQL's planner), or "counted"
+    counted: str = "counted"  # or "estimated": then the large counts are Estimates
 
     @property
     def up_to_date(self) -> bool:
@@ -56,7 +60,7 @@ class _Counts:
     by_status: dict[str, int]
     by_origin: dict[str, int]
     events: int
-    counted: str
+    counted: str = "counted"
 
 
 def summarize(engine: Engine) -> StoreSummary:
@@ -66,34 +70,38 @@ def summarize(engine: Engine) -> StoreSummary:
     refuse_newer_schema(engine, state)
     head, revision = state.head, state.revision
     try:
-        tables = set(inspect(engine).get_table_names()) if revision is not None else set()
-        if "runs" not in tables:
+        if revision is None or "runs" not in inspect(engine).get_table_names():
             return StoreSummary(engine.dialect.name, revision, head)
         with engine.connect() as conn:
-            if run_counts_table.name in tables:
-                counts = _kept(conn)
-            elif engine.dialect.name == "postgresql":
-                counts = _estimated(conn) or _counted(conn)
-            else:
-                counts = _counted(conn)
+            postgres = engine.dialect.name == "postgresql"
+            counts = (_estimated(conn) if postgres else _sampled(conn)) or _counted(conn)
     except DBAPIError as exc:
         raise translate_operational_error(exc) from exc
     return StoreSummary(engine.dialect.name, revision, head, counts.by_status, counts.by_origin, counts.events,
                         counts.counted)
 
 
-def _kept(conn: Connection) -> _Counts:
-    """SQLite from revision 0012: the counters its triggers keep with every write of a Run."""
-    c = run_counts_table
-    by_status: dict[str, int] = {}
-    by_origin: dict[str, int] = {}
-    events = 0
-    for status, origin, runs, group_events in conn.execute(select(c.c.status, c.c.origin, c.c.runs, c.c.events)):
-        events += group_events
-        if runs:
-            by_status[status] = by_status.get(status, 0) + runs
-            by_origin[origin or UNKNOWN_ORIGIN] = by_origin.get(origin or UNKNOWN_ORIGIN, 0) + runs
-    return _Counts(by_status, by_origin, events, "kept")
+_r = runs_table
+# Counted exactly, from the index on each column (and open Runs from the partial index's rows).
+_BY_STATUS_IN = select(_r.c.status, func.count()).where(_r.c.status.in_(bindparam("values", expanding=True))) \
+    .group_by(_r.c.status)
+_BY_ORIGIN_IN = select(_r.c.origin, func.count()).where(_r.c.origin.in_(bindparam("values", expanding=True))) \
+    .group_by(_r.c.origin)
+_NO_ORIGIN = select(func.count()).where(_r.c.origin.is_(None))
+
+
+def _with_exact(conn: Connection, runs: float, status_shares: dict[str, float], origin_shares: dict[str, float],
+                no_origin_share: float | None) -> tuple[dict[str, int], dict[str, int]]:
+    """Estimates (share × Runs) for the values given a share; open statuses and every other known value counted
+    from its index. ``no_origin_share`` None: Runs without an origin are counted too."""
+    exact = sorted(_OPEN | (_STATUSES - set(status_shares)))
+    by_status: dict[str, int] = {s: estimate(share * runs) for s, share in status_shares.items() if s not in _OPEN}
+    by_status |= {s: int(n) for s, n in conn.execute(_BY_STATUS_IN, {"values": exact})}
+    by_origin: dict[str, int] = {o: estimate(share * runs) for o, share in origin_shares.items()}
+    by_origin |= {o: int(n) for o, n in conn.execute(_BY_ORIGIN_IN, {"values": sorted(_ORIGINS - set(origin_shares))})}
+    by_origin[UNKNOWN_ORIGIN] = (conn.execute(_NO_ORIGIN).scalar_one() if no_origin_share is None
+                                 else estimate(no_origin_share * runs))
+    return {k: v for k, v in by_status.items() if v}, {k: v for k, v in by_origin.items() if v}
 
 
 # The planner's row counts (ANALYZE, VACUUM and autovacuum keep them); -1 for a table never analyzed.
@@ -105,42 +113,59 @@ _PG_COMMON = text("SELECT s.attname, s.null_frac, s.most_common_vals::text::text
                   "FROM pg_stats s JOIN pg_class c ON c.oid = to_regclass('runs') "
                   "JOIN pg_namespace n ON n.oid = c.relnamespace "
                   "WHERE s.schemaname = n.nspname AND s.tablename = 'runs' AND s.attname IN ('status', 'origin')")
-_r = runs_table
-# Counted exactly, from the index on each column: values the statistics call rare, and open Runs.
-_BY_STATUS_IN = select(_r.c.status, func.count()).where(_r.c.status.in_(bindparam("values", expanding=True))) \
-    .group_by(_r.c.status)
-_BY_ORIGIN_IN = select(_r.c.origin, func.count()).where(_r.c.origin.in_(bindparam("values", expanding=True))) \
-    .group_by(_r.c.origin)
-_NO_ORIGIN = select(func.count()).where(_r.c.origin.is_(None))
 
 
 def _estimated(conn: Connection) -> _Counts | None:
-    """PostgreSQL: its planner's estimates as of the last ANALYZE for the common values; open Runs and the values
-    the statistics call rare (seen at most once in ANALYZE's sample, so few) counted exactly from their index.
-    None for tables never analyzed."""
+    """PostgreSQL: its planner's statistics as of the last ANALYZE for the common values; the values missing from
+    them (seen at most once in ANALYZE's sample, so few) and open Runs counted. None for a small store, or tables
+    never analyzed (autovacuum analyzes a table after 50 rows and 10 % more)."""
     runs, events = conn.execute(_PG_ROWS).one()
     common = {name: (null_frac, dict(zip(values or [], freqs or [], strict=True)))
               for name, null_frac, values, freqs in conn.execute(_PG_COMMON)}
-    if runs < 0 or events < 0 or "status" not in common or "origin" not in common:
-        return None  # never analyzed: a new, small store (autovacuum analyzes after 50 rows and 10 % more)
-    _none, shares = common["status"]
-    exact = sorted(_OPEN_STATUSES | (_ALL_STATUSES - set(shares)))
-    by_status: dict[str, int] = {s: estimate(share * runs) for s, share in shares.items() if s not in exact}
-    by_status |= {s: int(n) for s, n in conn.execute(_BY_STATUS_IN, {"values": exact})}
-    null_frac, shares = common["origin"]
-    by_origin: dict[str, int] = {o: estimate(share * runs) for o, share in shares.items()}
-    rare = sorted(_ALL_ORIGINS - set(shares))
-    by_origin |= {o: int(n) for o, n in conn.execute(_BY_ORIGIN_IN, {"values": rare})}
-    by_origin[UNKNOWN_ORIGIN] = estimate(null_frac * runs) if null_frac else conn.execute(_NO_ORIGIN).scalar_one()
-    return _Counts({k: v for k, v in by_status.items() if v}, {k: v for k, v in by_origin.items() if v},
-                   estimate(events), "estimated")
+    if runs <= COUNT_EVERY_ROW_UP_TO or events < 0 or "status" not in common or "origin" not in common:
+        return None
+    no_origin, origin_shares = common["origin"]
+    by_status, by_origin = _with_exact(conn, runs, common["status"][1], origin_shares,
+                                       no_origin if no_origin else None)
+    return _Counts(by_status, by_origin, estimate(events), "estimated")
+
+
+_TOP_RUN = text("SELECT max(rowid) FROM runs")
+_TOP_EVENT = text("SELECT max(rowid) FROM run_events")
+_SAMPLE_ROWS = text("SELECT status, origin FROM runs WHERE rowid IN :ids").bindparams(
+    bindparam("ids", expanding=True))
+
+
+def _sampled(conn: Connection) -> _Counts | None:
+    """SQLite: SAMPLE_SIZE Runs picked at random by row id (its planner keeps no statistics per value, and
+    counters kept by triggers cost each Run write more than the whole rest of its SQL). Row ids are handed out
+    in order and Runs and events are never deleted, so the highest row id is the count, and a sampled id that
+    names no row only thins the sample. None for a small store."""
+    top = conn.execute(_TOP_RUN).scalar() or 0
+    if top <= COUNT_EVERY_ROW_UP_TO:
+        return None
+    size = min(SAMPLE_SIZE, top)
+    ids = random.Random(top).sample(range(1, top + 1), size)  # the same sample for the same store
+    rows = conn.execute(_SAMPLE_ROWS, {"ids": ids}).all()
+    if not rows:
+        return None
+    runs = top * len(rows) / size
+
+    def shares(values: Counter[str | None]) -> dict[str | None, float]:
+        return {value: hits / len(rows) for value, hits in values.items() if hits >= RARE_BELOW}
+
+    status_shares = shares(Counter(status for status, _ in rows))
+    origin_shares = shares(Counter(origin for _, origin in rows))
+    no_origin = origin_shares.pop(None, None)
+    by_status, by_origin = _with_exact(conn, runs, status_shares, origin_shares, no_origin)  # type: ignore[arg-type]
+    return _Counts(by_status, by_origin, estimate(conn.execute(_TOP_EVENT).scalar() or 0), "estimated")
 
 
 def _counted(conn: Connection) -> _Counts:
-    """Every row counted: a SQLite store behind revision 0012, or PostgreSQL tables never analyzed."""
+    """Every row counted: a small store, or PostgreSQL tables never analyzed."""
     status = runs_table.c.status
     by_status = {s: int(n) for s, n in conn.execute(select(status, func.count()).group_by(status))}
     origin = func.coalesce(runs_table.c.origin, UNKNOWN_ORIGIN)
     by_origin = {o: int(n) for o, n in conn.execute(select(origin, func.count()).group_by(origin))}
-    events: Any = conn.execute(select(func.count()).select_from(run_events_table)).scalar_one()
-    return _Counts(by_status, by_origin, int(events), "counted")
+    events = conn.execute(select(func.count()).select_from(run_events_table)).scalar_one()
+    return _Counts(by_status, by_origin, int(events))

@@ -47,7 +47,7 @@ from rich.table import Table
 from sqlalchemy import Engine, case, func, select
 
 from bridge.demo import CURL_HEADERS, free_port
-from bridge.storage.engine import make_engine
+from bridge.storage.engine import READ_ONLY, make_engine
 from bridge.storage.schema import runs_table
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import create_legacy_data_dir
@@ -150,7 +150,8 @@ def facts(engine: Engine, pids: range) -> tuple[int, int, int]:
     done = case((r.status == "succeeded", 1), else_=0)
     stmt = select(func.count(), func.coalesce(func.sum(done), 0),
                   func.coalesce(func.sum(done * r.event_sequence), 0)).where(r.legacy_pid.between(pids[0], pids[-1]))
-    with engine.connect() as conn:
+    # Read-only (a plain BEGIN on SQLite): a poll must never take the write lock the bridge is writing under.
+    with engine.connect().execution_options(**{READ_ONLY: True}) as conn:
         runs, succeeded, events = conn.execute(stmt).one()
     return int(runs), int(succeeded), int(events)
 

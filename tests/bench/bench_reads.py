@@ -23,7 +23,7 @@ leaves it within a minute).
 
 `--write-cost N` also times N executions (start and end through ShadowRecorder) on a store at the head
 revision against one at the revision before it, alternated in blocks: what the newest revision's indexes
-and counters cost each callback.
+cost each execution's writes.
 
 This is a benchmark, not a test: it asserts nothing about timing and exits 0 after printing.
 """
