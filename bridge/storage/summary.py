@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, bindparam, func, inspect, select, tex
 from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.model import RUN_ACTIVE, Origin, RunStatus
+from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import translate_operational_error
 from bridge.storage.migrate import refuse_newer_schema, schema_state
 from bridge.storage.schema import run_events_table, runs_table
@@ -72,7 +73,8 @@ def summarize(engine: Engine) -> StoreSummary:
     try:
         if revision is None or "runs" not in inspect(engine).get_table_names():
             return StoreSummary(engine.dialect.name, revision, head)
-        with engine.connect() as conn:
+        # Read-only (a plain BEGIN on SQLite): counting must never hold the write lock a serving bridge writes under.
+        with engine.connect().execution_options(**{READ_ONLY: True}) as conn:
             postgres = engine.dialect.name == "postgresql"
             counts = (_estimated(conn) if postgres else _sampled(conn)) or _counted(conn)
     except DBAPIError as exc:
@@ -151,13 +153,13 @@ def _sampled(conn: Connection) -> _Counts | None:
         return None
     runs = top * len(rows) / size
 
-    def shares(values: Counter[str | None]) -> dict[str | None, float]:
+    def shares(values: Counter[str]) -> dict[str, float]:
         return {value: hits / len(rows) for value, hits in values.items() if hits >= RARE_BELOW}
 
     status_shares = shares(Counter(status for status, _ in rows))
-    origin_shares = shares(Counter(origin for _, origin in rows))
-    no_origin = origin_shares.pop(None, None)
-    by_status, by_origin = _with_exact(conn, runs, status_shares, origin_shares, no_origin)  # type: ignore[arg-type]
+    origin_shares = shares(Counter(origin or "" for _, origin in rows))
+    no_origin = origin_shares.pop("", None)
+    by_status, by_origin = _with_exact(conn, runs, status_shares, origin_shares, no_origin)
     return _Counts(by_status, by_origin, estimate(conn.execute(_TOP_EVENT).scalar() or 0), "estimated")
 
 

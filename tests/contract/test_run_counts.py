@@ -141,6 +141,28 @@ def test_counts_of_a_small_store_are_exact(sql_backend: Backend) -> None:
     assert summary.counted == "counted", summary
 
 
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_status_counts_in_a_read_only_transaction(sql_backend: Backend, monkeypatch: pytest.MonkeyPatch,
+                                                 size: str) -> None:
+    """Beside a serving bridge: the counting never takes (or waits for) the lock the bridge's writes need."""
+    if not sql_backend.has_file_lock:
+        pytest.skip("this store has no write lock for a whole file")
+    if size == "large":
+        monkeypatch.setattr(summary_module, "COUNT_EVERY_ROW_UP_TO", 10)
+    assert sql_backend.engine is not None
+    _write_history(sql_backend, executions=20)
+
+    with _statements(sql_backend.engine) as seen:
+        summarize(sql_backend.engine)
+
+    opened_by = None
+    for sql, _args in seen:
+        if sql.startswith("BEGIN"):
+            opened_by = sql
+        elif _READS_RUNS.search(sql):
+            assert opened_by == "BEGIN", (opened_by, sql)  # SQLite's deferred BEGIN, not BEGIN IMMEDIATE
+
+
 def test_a_summary_of_a_store_without_runs_shows_nothing(sql_backend: Backend) -> None:
     assert sql_backend.engine is not None
     summary = summarize(sql_backend.engine)
