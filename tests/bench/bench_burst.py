@@ -16,6 +16,8 @@ Per burst and side:
     each callback's latency (p50 / p99 / max), and any answer that is not 2xx;
   * shadow on: time until the shadow facts are complete, polled in the store every 25 ms: every start's Run
     exists (from the first start sent), and every Run is succeeded with its nine events (from the first end);
+    a burst whose facts stop changing for 3 s without being complete is "incomplete" (a write that failed does
+    not come later: the bridge is fail-open), and the Runs it did record are printed;
   * CPU spent from /proc (user + system, all threads) from the first start until the burst is done (its facts
     complete, or for pass-through its last answer): the bridge, the 2.x double and this client, and per
     callback; and the shadow bridge's writes over budget or failed, from its /metrics.
@@ -67,7 +69,8 @@ from tests.bench.stores import fresh_store
 
 PASS, SHADOW = "pass-through", "shadow-on"
 POLL_S = 0.025
-FACTS_TIMEOUT_S = 120.0
+SETTLED_S = 3.0  # facts unchanged this long after the last answer: a write that failed will not come (fail-open)
+FACTS_TIMEOUT_S = 60.0
 console = Console(width=160)
 
 
@@ -156,13 +159,21 @@ def facts(engine: Engine, pids: range) -> tuple[int, int, int]:
     return int(runs), int(succeeded), int(events)
 
 
-def wait_for(check: Callable[[], bool], since: float) -> float | None:
-    """Seconds from ``since`` until ``check()`` holds (polled), or None after FACTS_TIMEOUT_S."""
-    while not check():
-        if time.perf_counter() - since > FACTS_TIMEOUT_S:
-            return None
+def wait_for(read: Callable[[], tuple[int, ...]], done: Callable[[tuple[int, ...]], bool], since: float,
+             answered: Callable[[], bool]) -> tuple[float | None, tuple[int, ...]]:
+    """(seconds from ``since`` until ``done(read())``, the last reading), polled; (None, reading) once the
+    readings stopped changing for SETTLED_S after ``answered()`` (a shadow write that failed never comes: the
+    bridge is fail-open), or after FACTS_TIMEOUT_S."""
+    last, changed = read(), time.perf_counter()
+    while not done(last):
+        now = time.perf_counter()
+        if now - since > FACTS_TIMEOUT_S or (answered() and now - changed > SETTLED_S):
+            return None, last
         time.sleep(POLL_S)
-    return time.perf_counter() - since
+        reading = read()
+        if reading != last:
+            last, changed = reading, time.perf_counter()
+    return time.perf_counter() - since, last
 
 
 @dataclass
@@ -172,6 +183,8 @@ class Burst:
     ends: Wave
     start_facts_s: float | None = None  # shadow on: every Run exists, from the first start
     end_facts_s: float | None = None  # shadow on: every Run succeeded with 9 events, from the first end
+    recorded: int = 0  # shadow on: Runs recorded once the burst was done or settled
+    succeeded: int = 0  # shadow on: of them succeeded with their nine events
     cpu_s: dict[str, float] = field(default_factory=dict)
     over_budget: float = 0.0
     failed: float = 0.0
@@ -208,13 +221,16 @@ def run_burst(side: str, bridge: BridgeHandle, engine: Engine | None, double: Do
         bridge.url, token, [x.end() for x in executions], args.spread_s, t0 + args.run_s)), daemon=True)
     ender.start()
     starts = send_wave(bridge.url, token, [x.start() for x in executions], args.spread_s, t0)
-    start_facts = None
+    start_facts = end_facts = None
+    recorded = succeeded = 0
     if engine is not None:
-        start_facts = wait_for(lambda: facts(engine, pids)[0] >= n, t0)
+        start_facts, _ = wait_for(lambda: facts(engine, pids)[:1], lambda r: r[0] >= n, t0,
+                                  lambda: not ender.is_alive())
     ender.join()
-    end_facts = None
     if engine is not None:
-        end_facts = wait_for(lambda: facts(engine, pids)[1:] == (n, 9 * n), t0 + args.run_s)
+        end_facts, (recorded, succeeded, events) = wait_for(
+            lambda: facts(engine, pids), lambda r: r[1:] == (n, 9 * n), t0 + args.run_s, lambda: True)
+        succeeded = succeeded if events == 9 * succeeded else -1
     cpu = {label: cpu_seconds(pid) - cpu0[label] for label, pid in processes.items()}
     metrics = bridge.metrics()
 
@@ -222,8 +238,8 @@ def run_burst(side: str, bridge: BridgeHandle, engine: Engine | None, double: Do
         return metric_sum(metrics, name, **labels) - metric_sum(metrics0, name, **labels)
 
     failed = "ql_bridge_shadow_write_failed_total"
-    return Burst(side, starts, ends[0], start_facts, end_facts, cpu, delta(failed, error="timeout"),
-                 delta(failed) - delta(failed, error="timeout"))
+    return Burst(side, starts, ends[0], start_facts, end_facts, recorded, succeeded, cpu,
+                 delta(failed, error="timeout"), delta(failed) - delta(failed, error="timeout"))
 
 
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -261,6 +277,9 @@ def report(bursts: dict[str, list[Burst]], args: argparse.Namespace) -> None:
             row(f"{wave[:-1]} callback {label} ms",
                 lambda b, w=wave, q=q: (lambda lat: lat[min(len(lat) - 1, int(q * len(lat)))])(
                     getattr(b, w).latencies_ms), "{:.0f}")
+    row("Runs recorded once the burst was done (of each burst's crons)", lambda b: b.recorded, "{:.0f}",
+        sides=(SHADOW,))
+    row("  … of them succeeded with their 9 events", lambda b: b.succeeded, "{:.0f}", sides=(SHADOW,))
     row("answers not 2xx", lambda b: float(b.starts.not_2xx + b.ends.not_2xx), "{:.0f}")
     row("shadow writes over budget", lambda b: b.over_budget, "{:.0f}", sides=(SHADOW,))
     row("shadow writes failed otherwise", lambda b: b.failed, "{:.0f}", sides=(SHADOW,))

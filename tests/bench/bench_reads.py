@@ -7,7 +7,8 @@
 For each size a fresh bridge store (tests/bench/stores.py) is filled the way a long-running bridge fills it:
 three executions recorded through the real ShadowRecorder (start and end: a Run, its Attempt and nine
 events each) are cloned with INSERT ... SELECT, so 100,000 Runs with 900,000 events take seconds. Most
-Runs are `succeeded` runs of `scheduled_system` spread over 100 crons; `--rare` of them are `failed`, and
+Runs are `succeeded` runs of `scheduled_system` spread over 100 crons, each hourly, the newest created
+now; `--rare` of them are `failed`, and
 as many are `manual` Runs of a cron of their own, spread evenly through the history, so that each of
 those filters matches a few rows among all the others (a page of 50 holds them all, so a store that
 walks the table must walk all of it).
@@ -62,6 +63,7 @@ from tests.bench.stores import fresh_store
 
 T0 = 1_796_216_400_000
 CRONS = 100
+SPACING_MS = 36_000  # one Run every 36 s: each of the crons once an hour
 RARE_CRON = 9_999
 QUERIES = {
     "status=failed": "/v3/runs?status=failed",
@@ -126,11 +128,15 @@ def fill(engine: Engine, size: int, rare: int, *, analyze: bool) -> None:
     common_run = record(recorder, 1, 1, "scheduled_system", 0)
     failed_run = record(recorder, 2, 2, "scheduled_system", 1)
     manual_run = record(recorder, RARE_CRON, 3, "manual", 0)
+    # A history that grew at the same pace in every store and ends now: each of the CRONS crons hourly, so
+    # the 1,000-Run store covers 10 hours and the 100,000-Run one six weeks (the seam check in `ql-bridge
+    # status` reads the last day).
     common = size - 2 * rare - 3
-    span = common * 1000
-    clone(engine, common_run, "c", common, f"{T0} + g.i * 1000", f"1 + g.i % {CRONS}")
-    clone(engine, failed_run, "f", rare, f"{T0} + g.i * {span // (rare + 1)} + 300", f"1 + g.i % {CRONS}")
-    clone(engine, manual_run, "m", rare, f"{T0} + g.i * {span // (rare + 1)} + 700", str(RARE_CRON))
+    first = int(time.time() * 1000) - common * SPACING_MS
+    span = common * SPACING_MS
+    clone(engine, common_run, "c", common, f"{first} + g.i * {SPACING_MS}", f"1 + g.i % {CRONS}")
+    clone(engine, failed_run, "f", rare, f"{first} + g.i * {span // (rare + 1)} + 300", f"1 + g.i % {CRONS}")
+    clone(engine, manual_run, "m", rare, f"{first} + g.i * {span // (rare + 1)} + 700", str(RARE_CRON))
     if analyze:
         with engine.connect() as conn:
             conn.execute(text("ANALYZE"))
