@@ -134,9 +134,11 @@ def fill(engine: Engine, size: int, rare: int, *, analyze: bool) -> None:
     common = size - 2 * rare - 3
     first = int(time.time() * 1000) - common * SPACING_MS
     span = common * SPACING_MS
-    clone(engine, common_run, "c", common, f"{first} + g.i * {SPACING_MS}", f"1 + g.i % {CRONS}")
-    clone(engine, failed_run, "f", rare, f"{first} + g.i * {span // (rare + 1)} + 300", f"1 + g.i % {CRONS}")
-    clone(engine, manual_run, "m", rare, f"{first} + g.i * {span // (rare + 1)} + 700", str(RARE_CRON))
+    step = span // (rare + 1)
+    i = "CAST(g.i AS BIGINT)"  # PostgreSQL's series is 32-bit
+    clone(engine, common_run, "c", common, f"{first} + {i} * {SPACING_MS}", f"1 + g.i % {CRONS}")
+    clone(engine, failed_run, "f", rare, f"{first} + {i} * {step} + 300", f"1 + g.i % {CRONS}")
+    clone(engine, manual_run, "m", rare, f"{first} + {i} * {step} + 700", str(RARE_CRON))
     if analyze:
         with engine.connect() as conn:
             conn.execute(text("ANALYZE"))
