@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select
 
 from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
 from bridge.metrics import BridgeMetrics
@@ -30,7 +29,6 @@ from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
 from bridge.storage.reconcile_queries import ReconcileStore
 from bridge.storage.schema import mismatches_table, run_attempts_table, run_events_table, runs_table
 from bridge.storage.unit_of_work import SqlUnitOfWork
@@ -38,7 +36,7 @@ from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
-from tests.conftest import POSTGRES_URL_VAR, postgres_required
+from tests.bench.stores import fresh_store
 
 PANEL_TOKEN = "panel.jwt.token"
 TRAP_SHELL = Path(__file__).parent / "shell" / "trap_shell_double.sh"
@@ -136,42 +134,20 @@ class StopWorld:
             engine.dispose()
 
 
-def _postgres_store() -> tuple[str, str]:
-    url = os.environ.get(POSTGRES_URL_VAR)
-    if not url:
-        if postgres_required():
-            pytest.fail(f"{POSTGRES_URL_VAR} must be set in CI")
-        pytest.skip(f"{POSTGRES_URL_VAR} not set")
-    return url, f"st_{uuid.uuid4().hex[:10]}"
-
-
 @pytest.fixture(scope="module", params=[pytest.param("sqlite", id="sqlite"),
                                         pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)])
 def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StopWorld]:
     root = tmp_path_factory.mktemp(f"stops-{request.param}")
     data = create_legacy_data_dir(root / "ql-data")
-    schema = None
-    if request.param == "sqlite":
-        database_url = f"sqlite:///{root / 'bridge.sqlite'}"
-    else:
-        database_url, schema = _postgres_store()
-        admin = create_engine(database_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    engine = make_engine(database_url, pg_search_path=schema)
-    upgrade(engine)
-    engine.dispose()
-    with Legacy2xDouble(data, panel_token=PANEL_TOKEN).start() as double:
+    pg_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else ""
+    with fresh_store(request.param, root, pg_url, name="stops") as (database_url, schema), \
+            Legacy2xDouble(data, panel_token=PANEL_TOKEN).start() as double:
         found = StopWorld(data, double, database_url, schema, root)
         found.start_bridge()
         try:
             yield found
         finally:
             found.stop_bridge()
-    if schema:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 @pytest.fixture(autouse=True)
