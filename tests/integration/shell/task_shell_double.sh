@@ -2,7 +2,7 @@
 # A TEST DOUBLE of the part of QingLong 2.x's task shell (v2.21.0) that reaches the backend, for the seam
 # layout tests only. It keeps 2.x's order: shell/task.sh sources share.sh, whose import_config sources
 # $QL_DIR/data/config/config.sh and only then runs load_ql_envs (ql_port=${QlPort:-"5700"}); api.sh's
-# update_cron sends the status callback to http://localhost:${ql_port} with curl, no timeout, no retry.
+# update_cron (api_double.sh) sends the status callback to http://localhost:${ql_port}.
 # Usage: task_shell_double.sh <data dir> <cron id> <begin epoch s>   (the environment is the spawner's)
 set -u
 dir_data=$1; ID=$2; begin_timestamp=$3
@@ -11,24 +11,10 @@ file_config_user=$dir_data/config/config.sh
 import_config() {
   [[ -f $file_config_user ]] && . "$file_config_user"
   ql_port=${QlPort:-"5700"}
+  ql_api="http://localhost:${ql_port}"
 }
 
-update_cron() {
-  local ids="$1" status="$2" pid="${3:-''}" logPath="$4" lastExecutingTime="${5:-0}" runningTime="${6:-0}"
-  local exitCode="${7:-}"
-  local dataRaw="{\"ids\":[$ids],\"status\":\"$status\",\"pid\":\"$pid\",\"log_path\":\"$logPath\",\"last_execution_time\":$lastExecutingTime,\"last_running_time\":$runningTime"
-  if [[ -n $exitCode ]]; then
-    dataRaw="${dataRaw},\"exit_code\":$exitCode"
-  fi
-  dataRaw="${dataRaw}}"
-  curl -s --noproxy "*" "http://localhost:${ql_port}/open/crons/status?t=$(date +%s)" \
-    -X 'PUT' \
-    -H "Authorization: Bearer ${__ql_token__}" \
-    -H "Content-Type: application/json;charset=UTF-8" \
-    --data-raw "$dataRaw" \
-    --compressed
-  echo
-}
+. "$(dirname "$0")/api_double.sh"
 
 import_config
 __ql_token__=$(sed -E 's/.*"value":"([^"]+)".*/\1/' "$dir_data/config/token.json")
