@@ -8,9 +8,11 @@ cache), and a refusal is 2.x's own 401 body. Nothing under /v3 is ever forwarded
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.blueprints import BlueprintSetupState
+from sqlalchemy import Engine
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import BaseConverter
 
@@ -121,21 +123,20 @@ def token_authority() -> LegacyTokenAuthority:
 
 def run_queries() -> RunQueries:
     """The app's one SqlRunQueries. Raises StoreUnavailableError when the bridge runs without a store."""
-    queries = current_app.extensions.get(QUERIES)
-    if queries is None:
-        store = current_container().store
-        if store is None:
-            raise StoreUnavailableError("the bridge store is disabled, so there are no runs to show")
-        queries = current_app.extensions.setdefault(QUERIES, SqlRunQueries(store.engine))
-    return queries  # type: ignore[no-any-return]
+    return _built_once(QUERIES, SqlRunQueries, "runs")  # type: ignore[no-any-return]
 
 
 def step_run_reader() -> StepRunReader:
     """The app's one SqlStepRunReader (it cannot write). Raises StoreUnavailableError without a store."""
-    reader = current_app.extensions.get(STEP_RUN_READER)
-    if reader is None:
+    return _built_once(STEP_RUN_READER, SqlStepRunReader, "step runs")  # type: ignore[no-any-return]
+
+
+def _built_once(key: str, build: Callable[[Engine], object], what: str) -> object:
+    """A reader on the store's engine, built on first use and kept in the app's extensions."""
+    found = current_app.extensions.get(key)
+    if found is None:
         store = current_container().store
         if store is None:
-            raise StoreUnavailableError("the bridge store is disabled, so there are no step runs to show")
-        reader = current_app.extensions.setdefault(STEP_RUN_READER, SqlStepRunReader(store.engine))
-    return reader  # type: ignore[no-any-return]
+            raise StoreUnavailableError(f"the bridge store is disabled, so there are no {what} to show")
+        found = current_app.extensions.setdefault(key, build(store.engine))
+    return found
