@@ -18,9 +18,12 @@ def recent_coverage(engine: Engine, since_ms: int) -> list[OriginCoverage]:
     missing_q = (select(m.c.origin, func.count()).where(m.c.kind == "missing", m.c.resolved_at_ms.is_(None),
                                                         m.c.last_seen_ms >= since_ms, m.c.origin.is_not(None))
                  .group_by(m.c.origin))
-    recorded_q = (select(r.c.origin, func.count()).where(r.c.created_at_ms >= since_ms, r.c.origin.is_not(None),
-                                                         r.c.mode != _IMPORTED)
-                  .group_by(r.c.origin))
+    # Grouped by an expression, not the column: SQLite would otherwise walk all of ix_runs_origin_created to
+    # group, where this reads only the window's range of ix_runs_created_id (8-10 ms vs 1.5 ms at 100k Runs).
+    origin = func.coalesce(r.c.origin, "")
+    recorded_q = (select(origin, func.count()).where(r.c.created_at_ms >= since_ms, r.c.origin.is_not(None),
+                                                     r.c.mode != _IMPORTED)
+                  .group_by(origin))
     with engine.connect().execution_options(**{READ_ONLY: True}) as conn:  # never the SQLite write lock
         missing = {origin: count for origin, count in conn.execute(missing_q)}
         recorded = {origin: count for origin, count in conn.execute(recorded_q)}
