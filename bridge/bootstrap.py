@@ -108,7 +108,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
         container.closers.append(reader.close)
         notify: Callable[[], None] = lambda: None  # noqa: E731 - no projector outside `bridge serve`
         if schedule_reconciler:  # the serving process: it also keeps 2.x's columns current (primary mode)
-            from bridge.projector import start_projector_thread
+            from bridge.jobs.project import start_projector_thread
 
             projector = start_projector_thread(store.engine, settings.legacy_database_path, metrics)
             container.closers.append(projector.close)
@@ -117,13 +117,13 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
         if schedule_reconciler:  # the ends kept for a stop decision are decided once their window is over
-            from bridge.stop_decisions import StopDeciderThread, decider_interval_s
+            from bridge.jobs.stop_decisions import StopDeciderThread, decider_interval_s
 
             decider = StopDeciderThread(interceptor.stop_decisions, decider_interval_s(settings.stop_decision_window_s))
             container.closers.append(decider.start().close)
         if schedule_reconciler:
-            from bridge.housekeeping import INTERVAL_S, run_housekeeping
-            from projections.schedule import start_reconcile_schedule
+            from bridge.jobs.housekeeping import INTERVAL_S, run_housekeeping
+            from bridge.jobs.schedule import start_reconcile_schedule
 
             reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
             clock = SystemClock()
@@ -137,7 +137,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
 
 def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
     """The reconcile job, preceded by startup recovery until a recovery defers nothing any more."""
-    from bridge.recovery import recover_on_startup
+    from bridge.jobs.recovery import recover_on_startup
     from bridge.storage.reconcile_queries import ReconcileStore
 
     pending = [True]
@@ -153,7 +153,7 @@ def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> 
 
 def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService,
                      modes: ModeSource | None = None, *, reader: Any = None) -> Any:
-    from bridge.reconciler import Reconciler, ReconcileSettings
+    from bridge.jobs.reconcile import Reconciler, ReconcileSettings
     from bridge.storage.reconcile_queries import ReconcileStore
 
     return Reconciler(
@@ -197,7 +197,7 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
 
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
                       on_primary_commit: Callable[[], None] = lambda: None, *, reader: Any = None) -> Any:
-    from bridge.interception import ShadowInterceptor
+    from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from bridge.storage.pending_ends import SqlPendingEnds
     from legacy_adapters.auth import LegacyTokenAuthority

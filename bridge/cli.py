@@ -227,7 +227,7 @@ def db_upgrade(revision: str) -> None:
 def status() -> None:
     """Show the bridge store's schema revision and what it has recorded."""
     from bridge.bootstrap import build_flags
-    from bridge.projector import projection_status
+    from bridge.jobs.project import projection_status
     from bridge.storage.summary import summarize
 
     settings = _settings()
@@ -295,8 +295,8 @@ def _prepare_serving(settings: Settings) -> tuple[str, bool]:
     import logging
 
     from bridge.bootstrap import build_flags, build_reconciler
+    from bridge.jobs.recovery import recover_on_startup
     from bridge.metrics import BridgeMetrics
-    from bridge.recovery import recover_on_startup
     from bridge.storage.migrate import require_writable
     from bridge.storage.reconcile_queries import ReconcileStore
 
@@ -352,7 +352,7 @@ def reconcile(once: bool) -> None:
               help="Output folder (default: reports/).")
 def report(since: str | None, origin: str | None, out_dir: Path | None) -> None:
     """Write a cutover-readiness report (JSON and HTML) per origin, with a verdict per gate."""
-    from bridge.reporting import run_report
+    from bridge.jobs.report import run_report
 
     settings = _settings()
     _check_store(settings)
@@ -366,7 +366,7 @@ def report(since: str | None, origin: str | None, out_dir: Path | None) -> None:
 @click.option("--rescan", is_flag=True, help="Start from the first instance again (what exists is skipped).")
 def import_legacy(batch_size: int, rescan: bool) -> None:
     """Import 2.x's RunningInstances history as read-only Runs (re-runnable; resumes where it stopped)."""
-    from bridge.importer import print_summary, run_import
+    from bridge.jobs.import_legacy import print_summary, run_import
 
     settings = _settings()
     _check_store(settings)
@@ -383,7 +383,7 @@ def projection() -> None:
 @projection.command("retry")
 def projection_retry() -> None:
     """Put every parked projection row back in the queue with a fresh retry budget."""
-    from bridge.projector import requeue_parked
+    from bridge.jobs.project import requeue_parked
 
     settings = _settings()
     _check_store(settings)

@@ -50,7 +50,7 @@ class Settings:
     reconcile_tolerance_s: int = 2
     reconcile_grace_s: int = 120
     reconcile_lookback_s: int = 7 * 86_400
-    # How long an end with a signal exit waits for 2.x's evidence of a stop (bridge.stop_decisions).
+    # How long an end with a signal exit waits for 2.x's evidence of a stop (bridge.jobs.stop_decisions).
     stop_decision_window_s: int = 5
     log_format: str = "text"
 

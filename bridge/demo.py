@@ -268,7 +268,7 @@ def run_demo(workdir: Path, console: Console) -> None:
 
 def _report(database_url: str, data: LegacyDataDir, workdir: Path) -> tuple[Path, Path]:
     from bridge.config import Settings
-    from bridge.reporting import run_report
+    from bridge.jobs.report import run_report
 
     settings = Settings.from_env({"BRIDGE_DATABASE_URL": database_url, "BRIDGE_LEGACY_DATA_DIR": str(data.root),
                                   "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_LEGACY_SCHEDULER": "system"})

@@ -111,7 +111,7 @@ def example(row: Mapping[str, Any], zone: str = "UTC") -> dict[str, Any]:
 _DEEPDIFF_PAIRS = ("values_changed", "type_changes")
 _DEEPDIFF_ONE_SIDE = {"dictionary_item_added": "shadow", "iterable_item_added": "shadow",
                       "dictionary_item_removed": "legacy", "iterable_item_removed": "legacy"}
-# Hand-made diffs whose plain fields describe one side (bridge/reconciler.py, bridge/service/shadow.py): two
+# Hand-made diffs whose plain fields describe one side (bridge/jobs/reconcile.py, bridge/service/shadow.py): two
 # shadow Runs for one 2.x execution; a 2.x value no rule can judge; the shadow Runs an end callback could close
 # (its pid and log digest stay context).
 _ONE_SIDED_KINDS = {"duplicate": "shadow", "invalid_legacy_value": "legacy"}

@@ -19,7 +19,7 @@ import httpx
 from flask import Blueprint, Response, request
 from werkzeug.datastructures import Headers
 
-from bridge.answers import LocalAnswer
+from bridge.callbacks.answers import LocalAnswer
 from bridge.web import current_container
 
 if TYPE_CHECKING:

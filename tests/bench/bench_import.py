@@ -1,4 +1,4 @@
-"""Benchmark: `bridge import-legacy` (bridge.importer.run_import) of a large 2.x history into a SQLite store.
+"""Benchmark: `bridge import-legacy` (bridge.jobs.import_legacy.run_import) of a large 2.x history into a SQLite store.
 
     python -m tests.bench.bench_import [--sizes 10000,100000] [--crons 2000] [--batch-size 500] [--keep]
 
@@ -147,7 +147,7 @@ def child_main(spec: dict[str, Any]) -> None:
     from rich.console import Console
     from sqlalchemy import func, select
 
-    import bridge.importer as importer
+    import bridge.jobs.import_legacy as importer
     from bridge.config import Settings
     from bridge.storage.engine import make_engine
     from bridge.storage.schema import run_events_table, runs_table
@@ -344,7 +344,7 @@ def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> No
     """run_import, holding still between two batches while ``paused`` is set (``idle`` says it is)."""
     from rich.console import Console
 
-    import bridge.importer as importer
+    import bridge.jobs.import_legacy as importer
     from bridge.config import Settings
     from bridge.storage.unit_of_work import SqlUnitOfWork
 

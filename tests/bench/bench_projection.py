@@ -70,8 +70,8 @@ from rich.table import Table
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import OperationalError
 
+from bridge.jobs.project import ProjectorThread
 from bridge.metrics import BridgeMetrics
-from bridge.projector import ProjectorThread
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder

@@ -596,9 +596,9 @@ class Breakdown:
 
 
 def child_main(spec: dict[str, Any]) -> None:
-    import bridge.reconciler as reconciler_module
+    import bridge.jobs.reconcile as reconciler_module
+    from bridge.jobs.reconcile import Reconciler, ReconcileSettings
     from bridge.metrics import BridgeMetrics
-    from bridge.reconciler import Reconciler, ReconcileSettings
     from bridge.service.clock import SystemClock
     from bridge.service.run_service import RunService
     from bridge.storage.reconcile_queries import ReconcileStore

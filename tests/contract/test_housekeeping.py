@@ -8,11 +8,11 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select
 
-from bridge.housekeeping import prune_bookkeeping, run_housekeeping
+from bridge.jobs.housekeeping import prune_bookkeeping, run_housekeeping
+from bridge.jobs.schedule import start_reconcile_schedule
 from bridge.storage.engine import make_engine
 from bridge.storage.reconcile_queries import ReconcileStore
 from bridge.storage.schema import projection_outbox_table, reconcile_passes_table, reconcile_seen_table
-from projections.schedule import start_reconcile_schedule
 from tests.conftest import Backend
 
 NOW_MS = 1_796_216_497_123
@@ -105,7 +105,7 @@ def test_the_schedule_runs_housekeeping_beside_the_reconcile_pass() -> None:
 def test_a_failing_run_is_logged_by_its_kind_and_never_raised(tmp_path: Any, caplog: Any) -> None:
     engine = make_engine(f"sqlite:///{tmp_path}/missing-dir/bridge.sqlite")  # cannot be opened
     try:
-        with caplog.at_level(logging.WARNING, logger="bridge.housekeeping"):
+        with caplog.at_level(logging.WARNING, logger="bridge.jobs.housekeeping"):
             run_housekeeping(engine, NOW_MS)
     finally:
         engine.dispose()

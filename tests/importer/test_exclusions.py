@@ -8,10 +8,10 @@ import pytest
 
 from bridge.domain.commands import RetryRun
 from bridge.domain.errors import RetryNotAllowedError
-from bridge.importer import run_import
+from bridge.jobs.import_legacy import run_import
+from bridge.jobs.reconcile import Reconciler, ReconcileSettings
+from bridge.jobs.report import build_report
 from bridge.metrics import BridgeMetrics
-from bridge.reconciler import Reconciler, ReconcileSettings
-from bridge.reporting import build_report
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService

@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 from sqlalchemy import delete, func, select
 
-import bridge.importer as importer
-from bridge.importer import ImportRefusedError, ImportSummary, backup_copy, print_summary, run_import
+import bridge.jobs.import_legacy as importer
+from bridge.jobs.import_legacy import ImportRefusedError, ImportSummary, backup_copy, print_summary, run_import
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder

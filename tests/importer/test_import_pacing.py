@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import bridge.importer as importer
-from bridge.importer import IMPORT_GAP_MS
+import bridge.jobs.import_legacy as importer
+from bridge.jobs.import_legacy import IMPORT_GAP_MS
 from legacy_adapters.schema import InstanceStatus
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
 from tests.importer.test_import import do_import

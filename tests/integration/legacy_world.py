@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
+from bridge.callbacks.interception import ShadowInterceptor
 from bridge.demo import ALL_ORIGINS
-from bridge.interception import ShadowInterceptor
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes

@@ -19,9 +19,9 @@ import pytest
 from flask.testing import FlaskClient
 
 from bridge.bootstrap import Container
+from bridge.callbacks.primary import PrimaryAnswerer
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
-from bridge.primary import PrimaryAnswerer
 from bridge.service.clock import SystemClock
 from bridge.web.app import create_app
 from legacy_adapters.auth import LegacyTokenAuthority

@@ -125,7 +125,7 @@ def test_only_a_database_that_is_positively_something_else_stops_the_build(tmp_p
 
 
 def test_startup_recovery_against_a_hot_journal_defers_instead_of_failing_or_marking_lost(world: World) -> None:
-    from bridge.recovery import recover_on_startup
+    from bridge.jobs.recovery import recover_on_startup
 
     cron = world.data.add_cron("rec", "task rec.sh", "0 * * * *")
     world.via_bridge(start(cron, 45, "r.log"))

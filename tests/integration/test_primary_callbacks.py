@@ -15,9 +15,9 @@ import httpx
 import pytest
 from sqlalchemy import func, select, text
 
-from bridge.answers import LocalAnswer
+from bridge.callbacks.answers import LocalAnswer
+from bridge.callbacks.interception import ShadowInterceptor
 from bridge.domain.model import Mode
-from bridge.interception import ShadowInterceptor
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService

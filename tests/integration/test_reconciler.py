@@ -17,10 +17,10 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
+from bridge.callbacks.interception import ShadowInterceptor
 from bridge.demo import ALL_ORIGINS
-from bridge.interception import ShadowInterceptor
+from bridge.jobs.reconcile import Reconciler, ReconcileSettings
 from bridge.metrics import BridgeMetrics
-from bridge.reconciler import Reconciler, ReconcileSettings
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
@@ -266,7 +266,7 @@ def test_only_one_reconciler_runs_at_a_time(world: World) -> None:
 
 
 def recover(world: World) -> dict[str, int]:
-    from bridge.recovery import recover_on_startup
+    from bridge.jobs.recovery import recover_on_startup
 
     return dict(recover_on_startup(world.store, world.runs, LegacyReader(world.data.database_path)))
 
@@ -318,7 +318,7 @@ def test_startup_cancels_a_run_whose_2x_instance_was_stopped(world: World) -> No
 
 def test_projection_drift_of_a_primary_run_is_found_and_resolved_once_projected(world: World,
                                                                                 sql_backend: Backend) -> None:
-    from bridge.projector import build_projector
+    from bridge.jobs.project import build_projector
 
     c = cron(world)
     facts = CallbackFacts(c, 35, log_path_digest("pr.log"), BEGIN * 1000, None, None, BEGIN * 1000, log_path="pr.log")

@@ -8,7 +8,7 @@ import time
 
 from sqlalchemy import insert
 
-from bridge.reconciler import ReconcileSettings
+from bridge.jobs.reconcile import ReconcileSettings
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.schema import mismatches_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body

@@ -11,7 +11,7 @@ import time
 import pytest
 from sqlalchemy import func, insert, select
 
-from bridge.reconciler import ReconcileSettings
+from bridge.jobs.reconcile import ReconcileSettings
 from bridge.storage.reconcile_queries import ReconcileStore
 from bridge.storage.schema import reconcile_seen_table
 from legacy_adapters.callbacks import render_status_body
@@ -202,7 +202,7 @@ def test_a_failure_after_the_scan_is_recorded_as_a_failed_pass(world: World,
 
 
 def test_a_failure_is_named_by_its_code_or_type_never_its_message() -> None:
-    from bridge.reconciler import failure_code
+    from bridge.jobs.reconcile import failure_code
 
     assert failure_code(LegacyTimeError("started_at", "negative", "int")) == "INVALID_LEGACY_TIME"
     assert failure_code(sqlite3.OperationalError("database is locked")) == "LEGACY_DATABASE"  # 2.x's file

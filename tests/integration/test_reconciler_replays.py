@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from bridge.reconciler import ReconcileSettings
+from bridge.jobs.reconcile import ReconcileSettings
 from legacy_adapters.callbacks import log_path_digest
 from tests.integration.test_reconciler import BEGIN, World, cron, end, start
 from tests.integration.test_reconciler import world as world_of_test_reconciler

@@ -8,7 +8,7 @@ from collections import Counter
 from contextlib import closing
 from typing import Any
 
-from bridge.recovery import recover_on_startup
+from bridge.jobs.recovery import recover_on_startup
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from tests.integration import legacy_world

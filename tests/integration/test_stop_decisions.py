@@ -16,15 +16,15 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from bridge.interception import ShadowInterceptor
+from bridge.callbacks.interception import ShadowInterceptor
+from bridge.jobs.reconcile import Reconciler, ReconcileSettings
+from bridge.jobs.recovery import recover_on_startup
+from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
-from bridge.reconciler import Reconciler, ReconcileSettings
-from bridge.recovery import recover_on_startup
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
 from bridge.service.shadow import Outcome, ShadowRecorder
-from bridge.stop_decisions import StopDecisions
 from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import ReconcileStore
 from bridge.storage.schema import pending_ends_table

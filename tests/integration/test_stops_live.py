@@ -23,8 +23,8 @@ import pytest
 from sqlalchemy import select
 
 from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
+from bridge.jobs.reconcile import Reconciler, ReconcileSettings
 from bridge.metrics import BridgeMetrics
-from bridge.reconciler import Reconciler, ReconcileSettings
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bridge.projector import ProjectorThread
+from bridge.jobs.project import ProjectorThread
 from bridge.service.clock import SystemClock
 from legacy_adapters.schema import CrontabStatus
 from legacy_adapters.status_writer import LegacyStatusWriter

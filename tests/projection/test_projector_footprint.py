@@ -11,7 +11,7 @@ import sqlite3
 import time
 from typing import Any
 
-from bridge.projector import ProjectorThread
+from bridge.jobs.project import ProjectorThread
 from legacy_adapters.schema import CrontabStatus, InstanceStatus
 from legacy_adapters.status_writer import LegacyStatusWriter
 from tests.projection.conftest import World

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config import Settings
-from bridge.projector import ProjectorThread, projection_status, requeue_parked
+from bridge.jobs.project import ProjectorThread, projection_status, requeue_parked
 from bridge.storage.outbox import SqlOutbox
 from legacy_adapters.schema import CrontabStatus
 from legacy_adapters.status_writer import LegacyStatusWriter
@@ -106,7 +106,7 @@ def test_one_projector_holds_the_lease_at_a_time(world: World) -> None:
 
 
 def test_the_serving_projector_holds_the_lease_projects_on_notify_and_lets_go_on_close(world: World) -> None:
-    from bridge.projector import start_projector_thread
+    from bridge.jobs.project import start_projector_thread
 
     cron = world.cron()
     thread = start_projector_thread(world.backend.engine, world.legacy.database_path, world.metrics,  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import insert, update
 
 from bridge.config import Settings
-from bridge.reporting import build_report
+from bridge.jobs.report import build_report
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.schema import mismatches_table, runs_table

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from bridge.config import ConfigError, Settings
 from bridge.domain.errors import BridgeError
-from bridge.reporting import LegacyDataDirNotConfiguredError, parse_since, run_report, write_report
+from bridge.jobs.report import LegacyDataDirNotConfiguredError, parse_since, run_report, write_report
 from bridge.storage.report_queries import ReportQueries
 from projections.report import check_report
 from tests.conftest import Backend

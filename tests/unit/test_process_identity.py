@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.process_identity import ProcessHandle, ProcProbe
+from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 
 BOOT = "0f4c2a55-9d1e-4d7b-8a55-3d9d2f6f1a01"
 

@@ -1,6 +1,6 @@
 """`bridge report`: 2.x's RunningInstances set against the shadow Runs, per execution origin, over a window.
 
-Composition-level, like ``bridge/interception.py``: 2.x is read through LegacyReader in keyset batches, the
+Composition-level, like ``bridge/callbacks/interception.py``: 2.x is read through LegacyReader in keyset batches, the
 bridge store through ReportQueries, and the pure ``projections.gates`` / ``projections.report`` turn the
 figures into the versioned JSON document and ``projections.report_html`` into the page.
 """
@@ -143,7 +143,7 @@ def _seam_findings(engine: Engine, window: Window) -> dict[str, Any]:
 
 def _projection_notes(engine: Engine) -> list[str]:
     """Primary mode: parked projection rows are shown, never hidden (`bridge projection retry` re-queues them)."""
-    from bridge.projector import projection_status
+    from bridge.jobs.project import projection_status
 
     status = projection_status(engine)
     parked = status["counts"].get("parked", 0)

@@ -16,7 +16,7 @@ from bridge.domain.errors import BridgeError
 from bridge.storage.outbox import SqlOutbox
 from bridge.storage.reconcile_queries import ReconcileStore
 
-log = logging.getLogger("bridge.housekeeping")
+log = logging.getLogger("bridge.jobs.housekeeping")
 
 RETENTION_MS = 7 * 86_400_000
 INTERVAL_S = 3600

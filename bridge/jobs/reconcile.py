@@ -27,17 +27,17 @@ from sqlalchemy.exc import DBAPIError
 from bridge.domain.errors import BridgeError
 from bridge.domain.events import Actor, ActorType, EventType
 from bridge.domain.model import Mode
+from bridge.jobs.stop_decisions import legacy_stop_code, run_key
 from bridge.metrics import BridgeMetrics
-from bridge.process_identity import ProcessHandle, ProcProbe
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.run_service import RunService
 from bridge.service.shadow import ShadowRecorder
-from bridge.stop_decisions import legacy_stop_code, run_key
 from bridge.storage.errors import translate_operational_error
 from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import ReconcileStore
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.origin import infer_scheduled_origin
+from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
@@ -58,7 +58,7 @@ from projections.reconcile import (
     invalid_value,
 )
 
-log = logging.getLogger("bridge.reconciler")
+log = logging.getLogger("bridge.jobs.reconcile")
 RECONCILER = Actor(ActorType.RECONCILER)
 IMPORT_KEY_PREFIX = "legacy-import:"
 T = TypeVar("T")

@@ -10,7 +10,7 @@ for an execution the bridge owns it returns a LocalAnswer instead, and nothing i
 error codes only — never bodies, tokens, commands or paths. A 2.x database that cannot be read (locked,
 hot journal, missing, damaged) never stops a callback: each failed read is counted by its state, the
 state is logged when it changes, and the next callback reads again. Stops (`PUT /crons/stop`, stopInstance)
-and ends with a signal exit go to StopDecisions (bridge.stop_decisions): a stopped execution ends cancelled.
+and ends with a signal exit go to StopDecisions (bridge.jobs.stop_decisions): a stopped execution ends cancelled.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 from zoneinfo import ZoneInfo
 
-from bridge.answers import LocalAnswer
+from bridge.callbacks.answers import LocalAnswer
+from bridge.callbacks.primary import PrimaryAnswerer
 from bridge.domain.errors import BridgeError
 from bridge.domain.model import Mode, Owner
+from bridge.jobs.stop_decisions import DEFAULT_WINDOW_S, StopDecisions
 from bridge.metrics import BridgeMetrics
-from bridge.primary import PrimaryAnswerer
-from bridge.process_identity import ProcProbe
 from bridge.service.ports import ActiveCandidate, Clock, ModeSource, TaskSnapshot
 from bridge.service.shadow import (
     CallbackFacts,
@@ -43,7 +43,6 @@ from bridge.service.shadow import (
     ShadowRecorder,
     ShadowResult,
 )
-from bridge.stop_decisions import DEFAULT_WINDOW_S, StopDecisions
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
     StatusCallback,
@@ -55,6 +54,7 @@ from legacy_adapters.callbacks import (
 from legacy_adapters.errors import LegacyCallbackParseError, LegacyDatabaseError
 from legacy_adapters.identity import task_id, task_revision
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer_start_origin
+from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.reader import LegacyCron, LegacyReader
 from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 

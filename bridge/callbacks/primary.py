@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from bridge.answers import OK_2X, LocalAnswer
+from bridge.callbacks.answers import OK_2X, LocalAnswer
 from bridge.domain.errors import BridgeError
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import Clock
@@ -21,7 +21,7 @@ from bridge.service.shadow import ShadowRecorder
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.errors import LegacyAuthError
 
-log = logging.getLogger("bridge.primary")
+log = logging.getLogger("bridge.callbacks.primary")
 SHELL_PATH = "/open/crons/status"
 
 

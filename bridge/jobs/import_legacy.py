@@ -629,7 +629,7 @@ class _Plan:
 
     @property
     def shadow_key(self) -> str:
-        """ShadowRecorder's key for this execution (CallbackFacts.execution_key, bridge.reconciler.run_key)."""
+        """ShadowRecorder's key for this execution (CallbackFacts.execution_key, bridge.jobs.reconcile.run_key)."""
         return self.facts.execution_key
 
     @property

@@ -1,6 +1,6 @@
 """Startup recovery (ADR-0001 13.1–13.2): every non-terminal shadow Run is checked against evidence.
 
-First the ends kept for a stop decision whose window is over are decided (bridge.stop_decisions), so an
+First the ends kept for a stop decision whose window is over are decided (bridge.jobs.stop_decisions), so an
 exit code observed before a restart is never lost; a Run whose kept end is not due yet is left to the decider.
 Then 2.x's own instance row, found by the execution's identity (cron id, pid, log path, begin second), says
 how the execution ended; while it still says running, only the recorded process identity (boot id, start
@@ -20,19 +20,19 @@ from typing import Any, Protocol
 
 from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
-from bridge.process_identity import ProcessHandle, ProcProbe
+from bridge.jobs.stop_decisions import StopDecisions, instance_of, legacy_stop_code
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import ShadowRecorder
-from bridge.stop_decisions import StopDecisions, instance_of, legacy_stop_code
 from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import ReconcileStore, active_legacy_runs
 from legacy_adapters.errors import LegacyDatabaseError
+from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyInstance, LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 
-log = logging.getLogger("bridge.recovery")
+log = logging.getLogger("bridge.jobs.recovery")
 RECONCILER = Actor(ActorType.RECONCILER)
 PAGE = 64  # runs per page (ADR-0448)
 
