@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -113,13 +114,17 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
             projector = start_projector_thread(store.engine, settings.legacy_database_path, metrics)
             container.closers.append(projector.close)
             notify = projector.notify
-        interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify, reader=reader)
+        from bridge.service.shadow import ShadowRecorder
+
+        stops = build_stop_decisions(settings, store, ShadowRecorder(store.runs), reader)
+        interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify, reader=reader,
+                                        stops=stops)
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
         if schedule_reconciler:  # the ends kept for a stop decision are decided once their window is over
             from bridge.jobs.stop_decisions import StopDeciderThread, decider_interval_s
 
-            decider = StopDeciderThread(interceptor.stop_decisions, decider_interval_s(settings.stop_decision_window_s))
+            decider = StopDeciderThread(stops, decider_interval_s(settings.stop_decision_window_s))
             container.closers.append(decider.start().close)
         if schedule_reconciler:
             from bridge.jobs.housekeeping import INTERVAL_S, run_housekeeping
@@ -195,18 +200,47 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
     return ZoneInfo(settings.legacy_tz or local_zone_name())
 
 
+def build_stop_decisions(settings: Settings, store: Store, recorder: Any, reader: Any) -> Any:
+    """The stop decisions: ends with a signal exit kept in the store until 2.x's evidence of a stop decides."""
+    from bridge.jobs.stop_decisions import StopDecisions
+    from bridge.storage.pending_ends import SqlPendingEnds
+
+    pending = SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes)
+    return StopDecisions(recorder, reader, pending, SystemClock(), window_ms=settings.stop_decision_window_s * 1000)
+
+
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
-                      on_primary_commit: Callable[[], None] = lambda: None, *, reader: Any = None) -> Any:
+                      on_primary_commit: Callable[[], None] = lambda: None, *, reader: Any = None,
+                      stops: Any = None) -> Any:
+    """The callback path's interceptor; it feeds ``stops`` (built here when not given)."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
-    from bridge.storage.pending_ends import SqlPendingEnds
     from legacy_adapters.auth import LegacyTokenAuthority
 
     assert settings.legacy_keyv_path is not None
+    reader = reader or _legacy_reader(settings)
+    recorder = stops.recorder if stops is not None else ShadowRecorder(store.runs)
     return ShadowInterceptor(
-        ShadowRecorder(store.runs), reader or _legacy_reader(settings), modes, metrics, SystemClock(),
+        recorder, reader, modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         auth=LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit,
         read_ahead=store.engine.dialect.name == "postgresql",
-        pending=SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes),
-        stop_window_ms=settings.stop_decision_window_s * 1000)
+        stops=stops or build_stop_decisions(settings, store, recorder, reader))
+
+
+def run_legacy_import(settings: Settings, **options: Any) -> Any:
+    """`bridge import-legacy`: the import job, given the store it writes to (opened after 2.x's copy is checked)."""
+    from bridge.jobs.import_legacy import run_import
+
+    return run_import(settings, partial(build_store, settings), **options)
+
+
+def requeue_parked_projections(settings: Settings) -> int:
+    """`bridge projection retry` on the configured store."""
+    from bridge.jobs.project import requeue_parked
+
+    store = build_store(settings)
+    try:
+        return requeue_parked(store.engine)
+    finally:
+        store.close()

@@ -366,12 +366,13 @@ def report(since: str | None, origin: str | None, out_dir: Path | None) -> None:
 @click.option("--rescan", is_flag=True, help="Start from the first instance again (what exists is skipped).")
 def import_legacy(batch_size: int, rescan: bool) -> None:
     """Import 2.x's RunningInstances history as read-only Runs (re-runnable; resumes where it stopped)."""
-    from bridge.jobs.import_legacy import print_summary, run_import
+    from bridge.bootstrap import run_legacy_import
+    from bridge.jobs.import_legacy import print_summary
 
     settings = _settings()
     _check_store(settings)
     console = _console()
-    summary = run_import(settings, batch_size=batch_size, console=console, resume=not rescan)
+    summary = run_legacy_import(settings, batch_size=batch_size, console=console, resume=not rescan)
     print_summary(summary, console)
 
 
@@ -383,11 +384,11 @@ def projection() -> None:
 @projection.command("retry")
 def projection_retry() -> None:
     """Put every parked projection row back in the queue with a fresh retry budget."""
-    from bridge.jobs.project import requeue_parked
+    from bridge.bootstrap import requeue_parked_projections
 
     settings = _settings()
     _check_store(settings)
-    count = requeue_parked(settings)
+    count = requeue_parked_projections(settings)
     click.echo(f"{count} parked projection row(s) queued again")
 
 

@@ -15,43 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bridge.domain.model import ATTEMPT_ACTIVE, AttemptStatus, RunStatus
+from bridge.service.outbox import RunFacts
 from legacy_adapters.schema import CrontabStatus, InstanceStatus
 from legacy_adapters.timeconv import ms_to_duration_seconds, ms_to_epoch_seconds
 
-_RUNNING_RUNS = frozenset({"running", "waiting_approval"})
-_QUEUED_RUNS = frozenset({"created", "queued", "dispatching", "retry_wait"})
-_TERMINAL_RUNS = frozenset({"succeeded", "failed", "cancelled", "timed_out"})
-_ACTIVE_ATTEMPTS = frozenset({"claimed", "starting", "running"})
+_RUNNING_RUNS = frozenset({RunStatus.RUNNING, RunStatus.WAITING_APPROVAL})
+_QUEUED_RUNS = frozenset({RunStatus.CREATED, RunStatus.QUEUED, RunStatus.DISPATCHING, RunStatus.RETRY_WAIT})
 STOPPED_EXIT_CODE = 143  # what 2.x's stopInstance writes (SIGTERM)
 TIMEOUT_EXIT_CODE = 124  # what `timeout` exits with when the shell's own limit fires
-
-
-@dataclass(frozen=True, slots=True)
-class RunFacts:
-    """One bridge-owned Run with one of its Attempts (the latest, or the one an outbox row names)."""
-
-    run_id: str
-    cron_id: int
-    status: str  # RunStatus value
-    created_at_ms: int
-    started_at_ms: int | None = None
-    finished_at_ms: int | None = None
-    duration_ms: int | None = None
-    attempt_id: str | None = None
-    attempt_status: str | None = None  # AttemptStatus value
-    pid: int | None = None
-    legacy_log_path: str | None = None  # 2.x's raw log_path, primary attempts only
-    exit_code: int | None = None
-    attempt_started_at_ms: int | None = None
-    attempt_finished_at_ms: int | None = None
-
-    @property
-    def attempt_active(self) -> bool:
-        return self.attempt_status in _ACTIVE_ATTEMPTS
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in _TERMINAL_RUNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +93,15 @@ def project_crontab(active: list[RunFacts], latest: RunFacts | None,
 
 def _instance_outcome(facts: RunFacts) -> tuple[InstanceStatus, int | None]:
     status = facts.attempt_status
-    if status is None or status in _ACTIVE_ATTEMPTS:
+    if status is None or status in ATTEMPT_ACTIVE:
         return InstanceStatus.RUNNING, None
-    if status == "succeeded":
+    if status == AttemptStatus.SUCCEEDED:
         return InstanceStatus.FINISHED, facts.exit_code
-    if status == "failed":
+    if status == AttemptStatus.FAILED:
         return InstanceStatus.ERROR, facts.exit_code
-    if status == "cancelled":
+    if status == AttemptStatus.CANCELLED:
         return InstanceStatus.STOPPED, STOPPED_EXIT_CODE  # like stopInstance
-    if status == "timed_out":
+    if status == AttemptStatus.TIMED_OUT:
         return InstanceStatus.ERROR, facts.exit_code if facts.exit_code is not None else TIMEOUT_EXIT_CODE
     # lost: the process is gone unobserved; 2.x's own startup reset shows such rows stopped, no exit code.
     return InstanceStatus.STOPPED, facts.exit_code

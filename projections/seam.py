@@ -12,26 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bridge.service.seam import OriginCoverage
+
 BYPASS_MESSAGE = "callbacks are bypassing the bridge"
 BYPASS_MIN_MISSING = 3  # a couple of missed executions are a mismatch, not yet a seam problem
 BYPASS_MISSING_SHARE = 0.5  # "most recent executions"
 SEAM_WINDOW_MS = 24 * 3600 * 1000
 SEAM_FIX = ("point every task shell at the bridge: `export QlPort=<the bridge's port>` in 2.x's "
             "data/config/config.sh (run `ql-bridge doctor`)")
-
-
-@dataclass(frozen=True)
-class OriginCoverage:
-    """Recent executions of one origin: those 2.x ran that the shadow store lacks, and those it recorded."""
-
-    origin: str
-    missing: int
-    recorded: int
-
-    @property
-    def missing_share(self) -> float:
-        seen = self.missing + self.recorded
-        return self.missing / seen if seen else 0.0
 
 
 @dataclass(frozen=True)

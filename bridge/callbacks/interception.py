@@ -10,7 +10,8 @@ for an execution the bridge owns it returns a LocalAnswer instead, and nothing i
 error codes only — never bodies, tokens, commands or paths. A 2.x database that cannot be read (locked,
 hot journal, missing, damaged) never stops a callback: each failed read is counted by its state, the
 state is logged when it changes, and the next callback reads again. Stops (`PUT /crons/stop`, stopInstance)
-and ends with a signal exit go to StopDecisions (bridge.jobs.stop_decisions): a stopped execution ends cancelled.
+and ends with a signal exit go to the stop decisions the composition root hands in (``StopEvidence``): a
+stopped execution ends cancelled.
 """
 
 from __future__ import annotations
@@ -25,21 +26,19 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 from zoneinfo import ZoneInfo
 
 from bridge.callbacks.answers import LocalAnswer
 from bridge.callbacks.primary import PrimaryAnswerer
 from bridge.domain.errors import BridgeError
 from bridge.domain.model import Mode, Owner
-from bridge.jobs.stop_decisions import DEFAULT_WINDOW_S, StopDecisions
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import ActiveCandidate, Clock, ModeSource, TaskSnapshot
 from bridge.service.shadow import (
     CallbackFacts,
     ExecutionContext,
     Outcome,
-    PendingEndStore,
     ShadowRecorder,
     ShadowResult,
 )
@@ -65,6 +64,17 @@ STOP_PATHS = frozenset({"/open/crons/stop", "/api/crons/stop"})
 STOP_INSTANCE_PATH = re.compile(r"/(?:open|api)/crons/([0-9]{1,15})/instances/([0-9]{1,15})/stop")
 PRIMARY_PATH = "/open/crons/status"  # the task shell's route; panel calls on /api keep going to 2.x
 MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
+
+
+class StopEvidence(Protocol):
+    """What the callback path hands to the stop decisions (``bridge.jobs.stop_decisions.StopDecisions``, built
+    by the composition root): a signal exit to keep for its window, and the stops 2.x answered 2xx."""
+
+    def keep(self, facts: CallbackFacts, read_ahead: list[ActiveCandidate] | None = None) -> ShadowResult | None: ...
+
+    def relayed_stop(self, cron_id: int, received_at_ms: int) -> list[ShadowResult]: ...
+
+    def relayed_instance_stop(self, instance_id: int, received_at_ms: int) -> list[ShadowResult]: ...
 
 
 @dataclass(frozen=True)
@@ -99,9 +109,9 @@ class ShadowInterceptor:
                  clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4,
                  probe: ProcProbe | None = None, auth: LegacyTokenAuthority | None = None,
                  on_primary_commit: Callable[[], None] = lambda: None, read_ahead: bool = False,
-                 pending: PendingEndStore | None = None, stop_window_ms: int = DEFAULT_WINDOW_S * 1000) -> None:
+                 stops: StopEvidence) -> None:
         self._recorder = recorder
-        self._stops = StopDecisions(recorder, reader, pending, clock, window_ms=stop_window_ms)
+        self._stops = stops
         self._reader = reader
         self._modes = modes
         self._metrics = metrics
@@ -201,7 +211,7 @@ class ShadowInterceptor:
         return self._primary.answer(headers, lambda: self._recorder.record_end(facts, lambda: None))
 
     @property
-    def stop_decisions(self) -> StopDecisions:
+    def stop_decisions(self) -> StopEvidence:
         return self._stops
 
     def after_forward(self, prepared: object, upstream_status: int, answer: bytes | None = None) -> None:

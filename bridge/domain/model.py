@@ -70,6 +70,8 @@ ATTEMPT_TERMINAL: frozenset[AttemptStatus] = frozenset(
 )
 # A Run counts as active (it may still change what 2.x shows) while it is not terminal.
 RUN_ACTIVE: frozenset[RunStatus] = frozenset(set(RunStatus) - RUN_TERMINAL)
+# An Attempt is active (its process may exist) until it reaches a terminal status.
+ATTEMPT_ACTIVE: frozenset[AttemptStatus] = frozenset(set(AttemptStatus) - ATTEMPT_TERMINAL)
 
 
 def run_can_go(from_status: RunStatus, to_status: RunStatus) -> bool:

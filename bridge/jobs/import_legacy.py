@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from itertools import islice
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from rich.console import Console
@@ -46,7 +46,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlalchemy import Connection, Engine, insert, select, update
 
-from bridge.bootstrap import build_store
 from bridge.config import Settings, local_zone_name
 from bridge.domain.aggregate import ChangeSet, RunChange
 from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
@@ -155,11 +154,21 @@ class ImportSummary:
 BatchHook = Callable[[int], None]
 
 
-def run_import(settings: Settings, *, batch_size: int = DEFAULT_BATCH_SIZE, console: Console | None = None,
+class OpenedStore(Protocol):
+    """What the import needs of the bridge store the composition root opens for it."""
+
+    engine: Engine
+
+    def close(self) -> None: ...
+
+
+def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *, batch_size: int = DEFAULT_BATCH_SIZE,
+               console: Console | None = None,
                resume: bool = True, after_batch: BatchHook | None = None, clock: Clock | None = None,
                write_budget_ms: int = IMPORT_WRITE_BUDGET_MS) -> ImportSummary:
     """Import 2.x's RunningInstances into the bridge store; returns what was done.
 
+    ``open_store`` opens the bridge store once 2.x's database has been copied and checked.
     ``batch_size`` instances are read at a time and written in batches of at most that many (on SQLite, as
     many as ``write_budget_ms`` of write lock allows). ``resume`` False rescans from the first instance (the
     idempotency keys skip what is already there; the cursor never moves back). ``after_batch`` is called with
@@ -181,7 +190,7 @@ def run_import(settings: Settings, *, batch_size: int = DEFAULT_BATCH_SIZE, cons
     try:
         backup_copy(source, copy)
         reader = _checked_reader(source, copy)
-        store = build_store(settings)
+        store = open_store()
         _require_current_schema(store.engine)
         pacing = _Pacing(batch_size, write_budget_ms / 1000) if store.engine.dialect.name == "sqlite" else None
         summary = _Importer(settings, store.engine, reader, batch_size, clock or SystemClock(), pacing).run(

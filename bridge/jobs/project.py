@@ -24,7 +24,6 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from bridge.config import Settings
 from bridge.domain.errors import BridgeError
 from bridge.service.clock import SystemClock
 from bridge.service.ports import Clock
@@ -201,15 +200,9 @@ def start_projector_thread(engine: Engine, legacy_database_path: str | Path, met
     return thread.start()
 
 
-def requeue_parked(settings: Settings) -> int:
+def requeue_parked(engine: Engine) -> int:
     """`bridge projection retry`: every parked row goes back to pending with a fresh retry budget."""
-    from bridge.bootstrap import build_store
-
-    store = build_store(settings)
-    try:
-        return SqlOutbox(store.engine).requeue_parked(SystemClock().now_ms())
-    finally:
-        store.close()
+    return SqlOutbox(engine).requeue_parked(SystemClock().now_ms())
 
 
 def projection_status(engine: Engine, now_ms: int | None = None, examples: int = 5) -> dict[str, Any]:

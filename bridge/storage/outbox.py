@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL
+from bridge.service.outbox import Applied, CronFacts, OutboxRow, RowInputs, RunFacts
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import is_sqlite_busy
 from bridge.storage.schema import (
@@ -41,8 +42,6 @@ from bridge.storage.schema import (
     run_attempts_table,
     runs_table,
 )
-from projections.legacy_status import RunFacts
-from projections.relay import Applied, CronFacts, OutboxRow, RowInputs
 
 ACTIVE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
 RECENT_LIMIT = 64

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
+from bridge.service.seam import OriginCoverage
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.schema import mismatches_table, runs_table
-from projections.seam import OriginCoverage
 
 _IMPORTED = "legacy_import"
 

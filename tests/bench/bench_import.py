@@ -148,6 +148,7 @@ def child_main(spec: dict[str, Any]) -> None:
     from sqlalchemy import func, select
 
     import bridge.jobs.import_legacy as importer
+    from bridge.bootstrap import run_legacy_import
     from bridge.config import Settings
     from bridge.storage.engine import make_engine
     from bridge.storage.schema import run_events_table, runs_table
@@ -189,11 +190,11 @@ def child_main(spec: dict[str, Any]) -> None:
     sampler = RssSampler()
     sampler.start()
     cpu0, t0 = time.process_time(), time.perf_counter()
-    summary = importer.run_import(settings, batch_size=spec["batch_size"], console=quiet)
+    summary = run_legacy_import(settings, batch_size=spec["batch_size"], console=quiet)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     peak = sampler.stop()
     hwm = _status_kib("VmHWM") if hwm_reset else None
-    again = importer.run_import(settings, batch_size=spec["batch_size"], console=quiet)
+    again = run_legacy_import(settings, batch_size=spec["batch_size"], console=quiet)
     engine = make_engine(spec["url"])
     with engine.connect() as conn:
         runs = conn.execute(select(func.count()).select_from(runs_table)).scalar()
@@ -345,6 +346,7 @@ def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> No
     from rich.console import Console
 
     import bridge.jobs.import_legacy as importer
+    from bridge.bootstrap import run_legacy_import
     from bridge.config import Settings
     from bridge.storage.unit_of_work import SqlUnitOfWork
 
@@ -374,7 +376,7 @@ def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> No
     importer._Importer._write = counted_write  # type: ignore[method-assign]
     settings = Settings(database_url=spec["url"], data_dir=Path(spec["data_dir"]),
                         legacy_data_dir=Path(spec["legacy_dir"]), legacy_tz="UTC", legacy_scheduler="node")
-    summary = importer.run_import(settings, console=Console(file=io.StringIO()), after_batch=hold_still)
+    summary = run_legacy_import(settings, console=Console(file=io.StringIO()), after_batch=hold_still)
     idle.set()
     pipe.send({"writes": writes, "imported": summary.imported + summary.handed_to_shadow,
                "batches": summary.batches})

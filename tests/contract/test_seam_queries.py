@@ -12,11 +12,11 @@ from bridge.bootstrap import Store
 from bridge.config import Settings
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
+from bridge.service.seam import OriginCoverage
 from bridge.storage.schema import mismatches_table, runs_table
 from bridge.storage.seam_queries import recent_coverage
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from bridge.web import health
-from projections.seam import OriginCoverage
 from tests.conftest import Backend
 
 NOW_MS = int(time.time() * 1000)

@@ -6,9 +6,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from bridge.bootstrap import run_legacy_import
 from bridge.domain.commands import RetryRun
 from bridge.domain.errors import RetryNotAllowedError
-from bridge.jobs.import_legacy import run_import
 from bridge.jobs.reconcile import Reconciler, ReconcileSettings
 from bridge.jobs.report import build_report
 from bridge.metrics import BridgeMetrics
@@ -27,7 +27,7 @@ def imported(env: ImportEnv) -> None:
     cron = env.data.add_cron("hourly", "task h.sh", "0 * * * *")
     add_instances(env.data, [Instance(cron, 1, BEGIN_S + 1, BEGIN_S + 5, 0, pid=10 + i, log_path=f"h/{i}.log")
                              for i in range(3)] + [Instance(cron, 3, BEGIN_S + 1, BEGIN_S + 9, 2, pid=20)])
-    run_import(env.settings)
+    run_legacy_import(env.settings)
 
 
 def test_the_reconciler_leaves_imported_history_alone(env: ImportEnv) -> None:

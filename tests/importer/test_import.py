@@ -16,7 +16,8 @@ from rich.console import Console
 from sqlalchemy import delete, func, select
 
 import bridge.jobs.import_legacy as importer
-from bridge.jobs.import_legacy import ImportRefusedError, ImportSummary, backup_copy, print_summary, run_import
+from bridge.bootstrap import run_legacy_import
+from bridge.jobs.import_legacy import ImportRefusedError, ImportSummary, backup_copy, print_summary
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
@@ -40,7 +41,7 @@ def quiet() -> Console:
 
 
 def do_import(env: ImportEnv, **kw: Any) -> ImportSummary:
-    return run_import(env.settings, console=quiet(), **kw)
+    return run_legacy_import(env.settings, console=quiet(), **kw)
 
 
 def payloads(env: ImportEnv, run_id: str) -> list[dict[str, Any]]:
@@ -314,7 +315,7 @@ def test_a_database_that_already_holds_3_0_tables_is_refused(env: ImportEnv) -> 
 
 def test_no_legacy_data_dir_is_refused(env: ImportEnv) -> None:
     with pytest.raises(ImportRefusedError) as refused:
-        run_import(replace(env.settings, legacy_data_dir=None), console=quiet())
+        run_legacy_import(replace(env.settings, legacy_data_dir=None), console=quiet())
     assert refused.value.reason == "not_configured"
     assert env.runs() == []
 

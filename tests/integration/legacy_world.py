@@ -17,6 +17,7 @@ import pytest
 
 from bridge.callbacks.interception import ShadowInterceptor
 from bridge.demo import ALL_ORIGINS
+from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
@@ -83,9 +84,11 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
         data.add_cron(f"filler {i}", f"task filler{i}.sh", "0 * * * *")
     runs = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
     metrics = BridgeMetrics()
-    interceptor = ShadowInterceptor(ShadowRecorder(runs), LegacyReader(data.database_path, keep_connections=2),
+    recorder, reader = ShadowRecorder(runs), LegacyReader(data.database_path, keep_connections=2)
+    interceptor = ShadowInterceptor(recorder, reader,
                                     StaticModes(frozenset(ALL_ORIGINS.split(","))), metrics, SystemClock(),
-                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"))
+                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
+                                    stops=StopDecisions(recorder, reader, None, SystemClock()))
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
         yield World(data, runs, ReconcileStore(sql_backend.engine), metrics, interceptor, http)
     interceptor.close()

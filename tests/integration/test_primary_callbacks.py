@@ -18,6 +18,7 @@ from sqlalchemy import func, select, text
 from bridge.callbacks.answers import LocalAnswer
 from bridge.callbacks.interception import ShadowInterceptor
 from bridge.domain.model import Mode
+from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
@@ -106,10 +107,11 @@ def site(sql_backend: Backend, tmp_path: Path) -> Iterator[Site]:
     runs = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
     modes = Modes({"scheduled_system": Mode.PRIMARY})
     commits: list[int] = []
+    recorder, reader = ShadowRecorder(runs), LegacyReader(data.database_path)
     interceptor = ShadowInterceptor(
-        ShadowRecorder(runs), LegacyReader(data.database_path), modes, BridgeMetrics(), SystemClock(), budget_ms=5000,
+        recorder, reader, modes, BridgeMetrics(), SystemClock(), budget_ms=5000,
         scheduler_mode="system", tz=ZoneInfo("UTC"), auth=LegacyTokenAuthority(data.keyv_path),
-        on_primary_commit=lambda: commits.append(1))
+        on_primary_commit=lambda: commits.append(1), stops=StopDecisions(recorder, reader, None, SystemClock()))
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
         yield Site(data, double, modes, interceptor, sql_backend, http, commits)
     interceptor.close()

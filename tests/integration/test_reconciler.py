@@ -20,6 +20,7 @@ from sqlalchemy import select, update
 from bridge.callbacks.interception import ShadowInterceptor
 from bridge.demo import ALL_ORIGINS
 from bridge.jobs.reconcile import Reconciler, ReconcileSettings
+from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
@@ -84,8 +85,10 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
     runs = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
     modes = StaticModes(frozenset(ALL_ORIGINS.split(",")))
     reader = LegacyReader(data.database_path)
-    interceptor = ShadowInterceptor(ShadowRecorder(runs), reader, modes, BridgeMetrics(), SystemClock(),
-                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"))
+    recorder = ShadowRecorder(runs)
+    interceptor = ShadowInterceptor(recorder, reader, modes, BridgeMetrics(), SystemClock(),
+                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
+                                    stops=StopDecisions(recorder, reader, None, SystemClock()))
     store = ReconcileStore(sql_backend.engine)
     reconciler = Reconciler(store, runs, reader, modes, BridgeMetrics(), SystemClock(), scheduler_mode="system",
                             tz=ZoneInfo("UTC"), settings=ReconcileSettings(grace_s=0, tolerance_s=2))
@@ -333,9 +336,11 @@ def test_projection_drift_of_a_primary_run_is_found_and_resolved_once_projected(
 def test_a_start_whose_crontabs_row_2x_kept_locked_is_counted_as_such_and_back_filled_by_its_end(
         world: World) -> None:
     metrics = BridgeMetrics()
-    interceptor = ShadowInterceptor(ShadowRecorder(world.runs), LegacyReader(world.data.database_path),
+    recorder, reader = ShadowRecorder(world.runs), LegacyReader(world.data.database_path)
+    interceptor = ShadowInterceptor(recorder, reader,
                                     StaticModes(frozenset(ALL_ORIGINS.split(","))), metrics, SystemClock(),
-                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"))
+                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
+                                    stops=StopDecisions(recorder, reader, None, SystemClock()))
     c = cron(world)
     blocker = sqlite3.connect(world.data.database_path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # 2.x in the middle of a long write when the start arrives

@@ -82,9 +82,11 @@ def make_world(backend: Backend, tmp_path: Path, window_ms: int) -> Iterator[Wor
     runs = RunService(backend.uow, clock=SystemClock())  # type: ignore[arg-type]
     pending = SqlPendingEnds(backend.engine)  # type: ignore[arg-type]
     reader = LegacyReader(data.database_path)
-    interceptor = ShadowInterceptor(ShadowRecorder(runs), reader, StaticModes(ORIGINS), BridgeMetrics(),
+    recorder = ShadowRecorder(runs)
+    stops = StopDecisions(recorder, reader, pending, SystemClock(), window_ms=window_ms)
+    interceptor = ShadowInterceptor(recorder, reader, StaticModes(ORIGINS), BridgeMetrics(),
                                     SystemClock(), budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
-                                    pending=pending, stop_window_ms=window_ms)
+                                    stops=stops)
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
         yield World(data, double, runs, ReconcileStore(backend.engine), pending, reader,  # type: ignore[arg-type]
                     interceptor, http)

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from bridge.service.outbox import RunFacts
 from legacy_adapters.schema import CrontabStatus, InstanceStatus
-from projections.legacy_status import RunFacts, project_crontab, project_instance
+from projections.legacy_status import project_crontab, project_instance
 
 T0 = 1_796_216_497_123
 

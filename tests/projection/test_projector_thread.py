@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bridge.bootstrap import requeue_parked_projections
 from bridge.config import Settings
-from bridge.jobs.project import ProjectorThread, projection_status, requeue_parked
+from bridge.jobs.project import ProjectorThread, projection_status
 from bridge.storage.outbox import SqlOutbox
 from legacy_adapters.schema import CrontabStatus
 from legacy_adapters.status_writer import LegacyStatusWriter
@@ -88,11 +89,11 @@ def test_the_cli_requeue_gives_parked_rows_a_fresh_budget(sqlite_backend: Backen
     outbox.mark_parked(outbox.due(1_000, 10)[0].id, 8, "LEGACY_BUSY", 2_000)
     settings = Settings(database_url=sqlite_backend.url or "", data_dir=tmp_path)
 
-    assert requeue_parked(settings) == 1
+    assert requeue_parked_projections(settings) == 1
 
     (row,) = outbox.due(10**13, 10)
     assert (row.state, row.attempts) == ("pending", 0)
-    assert requeue_parked(settings) == 0
+    assert requeue_parked_projections(settings) == 0
 
 
 def test_one_projector_holds_the_lease_at_a_time(world: World) -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from bridge.config import Settings
 from bridge.doctor import Check, Evidence, check_coverage, check_process_identity, check_shell_port, check_time_zone
+from bridge.service.seam import OriginCoverage
 from legacy_adapters.install import BackendProcess, log_name_offset_s, read_config_sh_port
-from projections.seam import OriginCoverage
 
 OK = Check("x", "ok", "fine")
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from projections.seam import BYPASS_MESSAGE, OriginCoverage, bypass_findings
+from bridge.service.seam import OriginCoverage
+from projections.seam import BYPASS_MESSAGE, bypass_findings
 
 
 def test_an_origin_whose_executions_mostly_never_arrived_is_a_bypass_while_others_are_recorded() -> None:
