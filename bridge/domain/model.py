@@ -95,6 +95,10 @@ class Mode(StrEnum):
     PRIMARY = "primary"
 
 
+# Run.mode (and trigger type) of history imported from 2.x: read-only, never compared, never retried.
+IMPORTED_MODE = "legacy_import"
+
+
 class Origin(StrEnum):
     MANUAL = "manual"
     BOOT = "boot"

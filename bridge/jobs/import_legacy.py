@@ -50,7 +50,8 @@ from bridge.config import Settings, local_zone_name
 from bridge.domain.aggregate import ChangeSet, RunChange
 from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
 from bridge.domain.events import Actor, ActorType, ErrorCode, RunEvent, encode_payload
-from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.domain.keys import import_key
+from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
@@ -70,11 +71,10 @@ from legacy_adapters.timeconv import epoch_seconds_to_ms
 
 T = TypeVar("T")
 
-IMPORT_MODE = "legacy_import"  # Run.mode, trigger_type and origin_evidence of imported history
 CURSOR_KEY = "import_cursor"  # bridge_settings: the last instance id whose batch committed
 DELETED_CRON_REVISION = "deleted-cron"  # task_revision when the instance's Crontabs row is gone
 FINISH_TIME_UNKNOWN = "finish_time_unknown"  # error_code of a stopped row 2.x's boot reset left without finished_at
-IMPORTER = Actor(ActorType.SYSTEM, "legacy_import")
+IMPORTER = Actor(ActorType.SYSTEM, IMPORTED_MODE)
 DEFAULT_BATCH_SIZE = 500
 CRON_CACHE_SIZE = 4096  # Crontabs rows kept while streaming (bounded LRU)
 SNAPSHOT_MEMORY = 4096  # revisions known to be in task_snapshots (bounded LRU), saves a lookup per instance
@@ -629,7 +629,7 @@ class _Plan:
 
     @property
     def import_key(self) -> str:
-        return f"legacy-import:{self.instance.id}"
+        return import_key(self.instance.id)
 
     @property
     def facts(self) -> CallbackFacts:
@@ -694,11 +694,11 @@ def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: _Ended) ->
     duration = finished - started if started is not None and finished is not None and finished >= started else None
     run = Run(
         id=build.new_id(), project_id=PROJECT_ID, task_id=task_id(cron_id), task_revision=revision,
-        trigger_type=IMPORT_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=created,
-        legacy_cron_id=cron_id, idempotency_key=plan.import_key, origin=None, origin_evidence=IMPORT_MODE,
-        mode=IMPORT_MODE, owner=Owner.LEGACY.value, legacy_pid=instance.pid, log_ref=plan.log_ref, synthesized=True,
+        trigger_type=IMPORTED_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=created,
+        legacy_cron_id=cron_id, idempotency_key=plan.import_key, origin=None, origin_evidence=IMPORTED_MODE,
+        mode=IMPORTED_MODE, owner=Owner.LEGACY.value, legacy_pid=instance.pid, log_ref=plan.log_ref, synthesized=True,
     )
-    change = build.create(run, {"evidence": IMPORT_MODE, "legacy_status": instance.status, **_SYNTH})
+    change = build.create(run, {"evidence": IMPORTED_MODE, "legacy_status": instance.status, **_SYNTH})
     change.move_run(RunStatus.QUEUED, payload=_SYNTH, queued_at_ms=created)
     change.move_run(RunStatus.DISPATCHING, payload=_SYNTH)
     attempt = change.add_attempt(RunAttempt(
@@ -724,10 +724,10 @@ def _open_shadow(build: _Builder, plan: _Plan, revision: str, decision: OriginDe
     callback closes it through ShadowRecorder.record_end."""
     instance, facts = plan.instance, plan.facts
     started = plan.started_ms if plan.started_ms is not None else build.at_ms
-    evidence = f"{IMPORT_MODE}:{decision.evidence}"
+    evidence = f"{IMPORTED_MODE}:{decision.evidence}"
     run = Run(
         id=build.new_id(), project_id=PROJECT_ID, task_id=task_id(facts.cron_id), task_revision=revision,
-        trigger_type=IMPORT_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=started,
+        trigger_type=IMPORTED_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=started,
         legacy_cron_id=facts.cron_id, idempotency_key=facts.execution_key, origin=decision.origin,
         origin_evidence=evidence, mode=Mode.SHADOW.value, owner=Owner.LEGACY.value, legacy_pid=instance.pid,
         log_ref=plan.log_ref, synthesized=True, received_at_ms=build.at_ms,
@@ -747,6 +747,6 @@ def _open_shadow(build: _Builder, plan: _Plan, revision: str, decision: OriginDe
 
 
 __all__ = [
-    "CURSOR_KEY", "DELETED_CRON_REVISION", "FINISH_TIME_UNKNOWN", "IMPORT_MODE", "ImportRefusedError",
+    "CURSOR_KEY", "DELETED_CRON_REVISION", "FINISH_TIME_UNKNOWN", "ImportRefusedError",
     "ImportSummary", "backup_copy", "print_summary", "run_import",
 ]

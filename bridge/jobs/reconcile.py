@@ -26,8 +26,9 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import BridgeError
 from bridge.domain.events import Actor, ActorType, EventType
+from bridge.domain.keys import import_key
 from bridge.domain.model import Mode
-from bridge.jobs.stop_decisions import legacy_stop_code, run_key
+from bridge.jobs.stop_decisions import legacy_stop_code
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.run_service import RunService
@@ -36,6 +37,7 @@ from bridge.storage.errors import translate_operational_error
 from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import ReconcileStore
 from legacy_adapters.errors import LegacyDatabaseError
+from legacy_adapters.identity import instance_execution_key as run_key
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader
@@ -60,7 +62,6 @@ from projections.reconcile import (
 
 log = logging.getLogger("bridge.jobs.reconcile")
 RECONCILER = Actor(ActorType.RECONCILER)
-IMPORT_KEY_PREFIX = "legacy-import:"
 T = TypeVar("T")
 _PROJECTION_OF_KIND = {"active_state": "crontab_status", "pid": "crontab_pid",
                        LEGACY_DUPLICATE_INSTANCE: "running_instance"}
@@ -191,7 +192,7 @@ class Reconciler:
             key = run_key(instance.cron_id, instance.pid, instance.log_path, instance.started_at)
             executions.setdefault(key, []).append(instance)
         # History imported by `bridge import-legacy` is keyed by instance id: found, then left out of the checks.
-        runs = self._store.runs_by_keys([*executions, *(f"{IMPORT_KEY_PREFIX}{i.id}" for i in window)])
+        runs = self._store.runs_by_keys([*executions, *(import_key(i.id) for i in window)])
         earlier = self._store.mark_seen(pass_id, [run["id"] for run in runs.values()])
         for run in runs.values():
             self._judged.run_matched(run["id"])
@@ -199,7 +200,7 @@ class Reconciler:
         for key, rows in executions.items():
             stats["instances"] += 1
             run = runs.get(key)
-            imported = {i.id for i in rows if run is None and f"{IMPORT_KEY_PREFIX}{i.id}" in runs}
+            imported = {i.id for i in rows if run is None and import_key(i.id) in runs}
             for instance_id in imported - defects.keys():
                 self._judged.instance(instance_id)  # it has its Run, whose history is not compared
             again = run is not None and run["id"] in earlier

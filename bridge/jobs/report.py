@@ -26,9 +26,10 @@ from sqlalchemy import Engine
 
 from bridge.config import ConfigError, Settings, local_zone_name
 from bridge.domain.errors import BridgeError
-from bridge.domain.model import Origin
+from bridge.domain.keys import execution_key, import_key
+from bridge.domain.model import IMPORTED_MODE, Origin
 from bridge.storage.engine import make_engine
-from bridge.storage.report_queries import CALLBACK_KINDS, LEGACY_IMPORT, ReportQueries
+from bridge.storage.report_queries import CALLBACK_KINDS, ReportQueries
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.origin import infer_scheduled_origin
@@ -197,18 +198,18 @@ class _Scan:
             return
         keys = {i.id: _run_key(i, ms) for i, ms in batch}
         # History brought in by `bridge import-legacy` is keyed by the instance id instead.
-        imported = {i.id: f"{IMPORT_KEY_PREFIX}{i.id}" for i, _ in batch}
+        imported = {i.id: import_key(i.id) for i, _ in batch}
         runs = self.queries.runs_by_keys([k for k in keys.values() if k is not None] + list(imported.values()))
         for instance, started_ms in batch:
             key = keys[instance.id]
             run = (runs.get(key) if key is not None else None) or runs.get(imported[instance.id])
-            if run is not None and run.get("mode") == LEGACY_IMPORT:
+            if run is not None and run.get("mode") == IMPORTED_MODE:
                 self.excluded += 1
                 self.tally.fig(run.get("origin")).legacy_import_excluded += 1
                 continue
             origin = (run.get("origin") or UNKNOWN) if run is not None else self._inferred(instance, started_ms)
             self.tally.count(instance, run, origin)
-            for kind in self.pending.pop((instance.cron_id, instance.pid, _digest(instance)), []):
+            for kind in self.pending.pop((instance.cron_id, instance.pid, log_path_digest(instance.log_path)), []):
                 _count_callback(self.tally.fig(origin), kind)
 
     def _inferred(self, instance: LegacyInstance, started_ms: int) -> str:
@@ -218,9 +219,6 @@ class _Scan:
         return infer_scheduled_origin(cron, started_ms // 1000, self.scheduler_mode, self.tz).origin
 
 
-IMPORT_KEY_PREFIX = "legacy-import:"
-
-
 def _started_ms(instance: LegacyInstance) -> int | None:
     try:
         return epoch_seconds_to_ms(instance.started_at, field="started_at") if instance.started_at else None
@@ -228,15 +226,11 @@ def _started_ms(instance: LegacyInstance) -> int | None:
         return None
 
 
-def _digest(instance: LegacyInstance) -> str | None:
-    return log_path_digest(instance.log_path)
-
-
 def _run_key(instance: LegacyInstance, started_ms: int) -> str | None:
     """The shadow Run's idempotency key for this instance (bridge/service/shadow.py CallbackFacts)."""
     if instance.cron_id is None:
         return None
-    return f"legacy:{instance.cron_id}:{instance.pid}:{_digest(instance)}:{started_ms}"
+    return execution_key(instance.cron_id, instance.pid, log_path_digest(instance.log_path), started_ms)
 
 
 def _probe(reader: LegacyReader, after_id: int) -> LegacyInstance | None:

@@ -38,6 +38,7 @@ from bridge.service.shadow import (
 )
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
+from legacy_adapters.identity import instance_execution_key
 from legacy_adapters.reader import LegacyInstance, LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
@@ -51,12 +52,6 @@ BATCH = 64
 # runCron stamps the old row's finished_at, then spawns the next shell, whose begin second follows at once.
 REPLACEMENT_GAP_S = 5
 NEWER_ROWS_READ = 64  # 2.x rows read after the stopped one when looking for the cron's next start
-
-
-def run_key(cron_id: int | None, pid: int | None, log_path: str | None, started_at_s: float | None) -> str:
-    """The shadow Run key of a 2.x execution (the same one ShadowRecorder uses for its callbacks)."""
-    started = epoch_seconds_to_ms(started_at_s, field="started_at") if started_at_s else None
-    return f"legacy:{cron_id}:{pid}:{log_path_digest(log_path)}:{started}"
 
 
 def instance_of(reader: LegacyReader, cron_id: int, pid: int | None, log_ref: str | None,
@@ -153,7 +148,7 @@ class StopDecisions:
         identity = (found.pid, log_path_digest(found.log_path), _started_ms(found))
         ended = [end for end in (self._pending.for_cron(found.cron_id, received_at_ms) if self._pending else [])
                  if (end.facts.pid, end.facts.log_ref, end.facts.started_at_ms) == identity]
-        key = run_key(found.cron_id, found.pid, found.log_path, found.started_at)
+        key = instance_execution_key(found.cron_id, found.pid, found.log_path, found.started_at)
         results = self._recorder.record_instance_stop(key, received_at_ms, ended)
         self._forget(ended)
         return results

@@ -22,7 +22,7 @@ from bridge.domain.errors import (
     RunVersionConflictError,
 )
 from bridge.domain.events import DEFAULT_PAYLOAD_CAP_BYTES, Actor, EventType, RunEvent
-from bridge.domain.model import AttemptStatus, Run, RunAttempt, RunStatus
+from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Run, RunAttempt, RunStatus
 from bridge.service.ids import new_id
 from bridge.service.ports import (
     Clock,
@@ -298,7 +298,7 @@ class RunService:
     def retry_run(self, cmd: RetryRun) -> CreateRunResult:
         """Manual retry: a new Run with retry_of_run_id; the original stays as it was."""
         source = self.get_run(cmd.run_id)
-        if source.status not in _RETRYABLE or source.mode == "legacy_import":  # history is read-only
+        if source.status not in _RETRYABLE or source.mode == IMPORTED_MODE:  # history is read-only
             raise RetryNotAllowedError(source.id, source.status.value)
         create = CreateRun(
             project_id=source.project_id, task_id=source.task_id, task_revision=source.task_revision,

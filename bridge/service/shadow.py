@@ -22,6 +22,7 @@ from typing import Protocol
 from bridge.domain.aggregate import RunChange
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import STOP_CODES, Actor, ActorType, ErrorCode, EventType
+from bridge.domain.keys import execution_key
 from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.ports import (
     ActiveCandidate,
@@ -54,7 +55,7 @@ class CallbackFacts:
 
     @property
     def execution_key(self) -> str:
-        return f"legacy:{self.cron_id}:{self.pid}:{self.log_ref}:{self.started_at_ms}"
+        return execution_key(self.cron_id, self.pid, self.log_ref, self.started_at_ms)
 
     @property
     def end_key(self) -> str:

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, sele
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from bridge.domain.model import RUN_TERMINAL
+from bridge.domain.model import IMPORTED_MODE, RUN_TERMINAL
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.schema import (
     job_leases_table,
@@ -83,7 +83,7 @@ class ReconcileStore:
         r, s = runs_table, reconcile_seen_table
         seen = select(s.c.run_id).where(s.c.pass_id == pass_id, s.c.run_id == r.c.id).exists()
         stmt = (select(r.c.id, r.c.origin, r.c.legacy_cron_id, r.c.created_at_ms, r.c.status, r.c.synthesized)
-                .where(r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != "legacy_import", r.c.created_at_ms >= since_ms,
+                .where(r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != IMPORTED_MODE, r.c.created_at_ms >= since_ms,
                        r.c.created_at_ms <= until_ms, ~seen,
                        or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
                 .order_by(r.c.created_at_ms, r.c.id).limit(limit))
@@ -96,7 +96,7 @@ class ReconcileStore:
         stmt = (select(r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref, func.count().label("n"),
                        func.min(r.c.id).label("first_id"), func.max(r.c.id).label("last_id"),
                        func.max(r.c.origin).label("origin"))
-                .where(r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != "legacy_import", r.c.created_at_ms >= since_ms,
+                .where(r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != IMPORTED_MODE, r.c.created_at_ms >= since_ms,
                        r.c.legacy_pid.isnot(None))
                 .group_by(r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref).having(func.count() > 1).limit(limit))
         with self.read() as conn:
@@ -108,7 +108,7 @@ class ReconcileStore:
         stmt = (select(r.c.id, r.c.legacy_cron_id, r.c.status, r.c.created_at_ms, r.c.origin, a.c.pid)
                 .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
                 .where(r.c.legacy_cron_id.in_(list(cron_ids)), r.c.status.notin_(_TERMINAL),
-                       r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != "legacy_import")
+                       r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != IMPORTED_MODE)
                 .order_by(r.c.created_at_ms.desc()))
         out: dict[int, list[dict[str, Any]]] = {}
         with self.read() as conn:
@@ -120,7 +120,7 @@ class ReconcileStore:
         r = runs_table
         stmt = (select(r.c.legacy_cron_id).distinct()
                 .where(r.c.created_at_ms >= since_ms, r.c.legacy_cron_id > after_cron, r.c.owner.isnot(None),
-                       r.c.mode != "legacy_import")
+                       r.c.mode != IMPORTED_MODE)
                 .order_by(r.c.legacy_cron_id).limit(limit))
         with self.read() as conn:
             return [row[0] for row in conn.execute(stmt)]
@@ -229,7 +229,7 @@ def active_legacy_runs(store: ReconcileStore, after: tuple[int, str], limit: int
                    r.c.status, r.c.origin, a.c.id.label("attempt_id"), a.c.status.label("attempt_status"),
                    a.c.executor_handle)
             .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
-            .where(r.c.status.notin_(_TERMINAL), r.c.owner == "legacy", r.c.mode != "legacy_import",
+            .where(r.c.status.notin_(_TERMINAL), r.c.owner == "legacy", r.c.mode != IMPORTED_MODE,
                    or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
             .order_by(r.c.created_at_ms, r.c.id).limit(limit))
     with store.read() as conn:

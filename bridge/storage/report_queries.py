@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, insert, or_, select
 from sqlalchemy.exc import DBAPIError
 
+from bridge.domain.model import IMPORTED_MODE
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import translate_operational_error
 from bridge.storage.schema import (
@@ -26,7 +27,6 @@ from bridge.storage.schema import (
 )
 
 PROJECT_ID = "default"  # shadow Runs live in the default project (bridge/service/shadow.py)
-LEGACY_IMPORT = "legacy_import"
 CALLBACK_KINDS = ("compat.unmatched_callback", "compat.ambiguous_callback")
 SHADOW_WRITE_FAILED = "compat.shadow_write_failed"
 DAY_MS = 86_400_000
@@ -175,5 +175,5 @@ class ReportQueries:
 
 def _not_imported() -> Any:
     # `mode != 'legacy_import'` alone would also drop Runs whose mode is NULL.
-    return or_(runs_table.c.mode.is_(None), runs_table.c.mode != LEGACY_IMPORT)
+    return or_(runs_table.c.mode.is_(None), runs_table.c.mode != IMPORTED_MODE)
 

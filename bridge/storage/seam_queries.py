@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
+from bridge.domain.model import IMPORTED_MODE
 from bridge.service.seam import OriginCoverage
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.schema import mismatches_table, runs_table
-
-_IMPORTED = "legacy_import"
 
 
 def recent_coverage(engine: Engine, since_ms: int) -> list[OriginCoverage]:
@@ -22,7 +21,7 @@ def recent_coverage(engine: Engine, since_ms: int) -> list[OriginCoverage]:
     # group, where this reads only the window's range of ix_runs_created_id (8-10 ms vs 1.5 ms at 100k Runs).
     origin = func.coalesce(r.c.origin, "")
     recorded_q = (select(origin, func.count()).where(r.c.created_at_ms >= since_ms, r.c.origin.is_not(None),
-                                                     r.c.mode != _IMPORTED)
+                                                     r.c.mode != IMPORTED_MODE)
                   .group_by(origin))
     with engine.connect().execution_options(**{READ_ONLY: True}) as conn:  # never the SQLite write lock
         missing = {origin: count for origin, count in conn.execute(missing_q)}

@@ -1,0 +1,21 @@
+"""The Run keys the bridge gives 2.x's executions: the one home of their formats.
+
+A callback-recorded execution is keyed by what every callback of that execution repeats (cron id, pid, the
+digest of its log path, its start in milliseconds); imported history by 2.x's instance row id. The keys are
+idempotency keys: the same execution seen twice (a replay, a second replica, a reconcile pass) finds the same
+Run instead of making another.
+"""
+
+from __future__ import annotations
+
+IMPORT_KEY_PREFIX = "legacy-import:"
+
+
+def execution_key(cron_id: int | None, pid: int | None, log_ref: str | None, started_at_ms: int | None) -> str:
+    """``legacy:{cron}:{pid}:{log digest}:{start ms}``; absent parts read ``None``, as every writer wrote them."""
+    return f"legacy:{cron_id}:{pid}:{log_ref}:{started_at_ms}"
+
+
+def import_key(instance_id: int) -> str:
+    """The key of the Run imported from 2.x's ``RunningInstances`` row ``instance_id``."""
+    return f"{IMPORT_KEY_PREFIX}{instance_id}"
