@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,6 +24,27 @@ from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
 
 
+@dataclass(frozen=True)
+class StoreReaders:
+    """What the web layer reads from the store: the v3 views, the last reconcile pass, recent coverage."""
+
+    runs: Any  # bridge.service.queries.RunQueries
+    step_runs: Any  # bridge.service.ports.StepRunReader (it cannot write)
+    last_pass: Callable[[], dict[str, Any] | None]
+    coverage: Callable[[int], list[Any]]  # OriginCoverage per origin since an instant (ms)
+
+
+def build_readers(engine: Engine) -> StoreReaders:
+    from bridge.storage.queries import SqlRunQueries
+    from bridge.storage.reconcile_queries import ReconcileStore
+    from bridge.storage.seam_queries import recent_coverage
+    from bridge.storage.step_run_queries import SqlStepRunReader
+
+    return StoreReaders(runs=SqlRunQueries(engine), step_runs=SqlStepRunReader(engine),
+                        last_pass=ReconcileStore(engine).last_pass,
+                        coverage=partial(recent_coverage, engine))
+
+
 @dataclass
 class Store:
     engine: Engine
@@ -33,6 +54,11 @@ class Store:
 
     def __post_init__(self) -> None:
         self.writes = self.uow.outcomes  # fed by every write the unit of work commits or fails
+
+    @cached_property
+    def readers(self) -> StoreReaders:
+        """Built on first use, once per store."""
+        return build_readers(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -67,6 +93,14 @@ class Container:
     flags: FlagService | None = None
     interceptor: Any = None  # bridge.web.proxy.CallbackInterceptor, or None for a pure pass-through
     closers: list[Any] = field(default_factory=list)
+
+    @cached_property
+    def token_authority(self) -> Any:
+        """2.x's App tokens as 2.x checks them (legacy_adapters.auth), or None without a 2.x data dir."""
+        from legacy_adapters.auth import LegacyTokenAuthority
+
+        keyv_path = self.settings.legacy_keyv_path
+        return LegacyTokenAuthority(keyv_path) if keyv_path is not None else None
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -118,7 +152,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
 
         stops = build_stop_decisions(settings, store, ShadowRecorder(store.runs), reader)
         interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify, reader=reader,
-                                        stops=stops)
+                                        stops=stops, auth=container.token_authority)
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
         if schedule_reconciler:  # the ends kept for a stop decision are decided once their window is over
@@ -132,7 +166,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
 
             reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
             clock = SystemClock()
-            job = _recovering_first(reconciler, store, metrics) if recovery_deferred else reconciler.run_once
+            job = _recovering_first(settings, reconciler, store, metrics) if recovery_deferred else reconciler.run_once
             scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
                                                  lambda: run_housekeeping(store.engine, clock.now_ms()),
                                                  INTERVAL_S)
@@ -140,16 +174,26 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     return container
 
 
-def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
-    """The reconcile job, preceded by startup recovery until a recovery defers nothing any more."""
+def recover_unfinished_runs(settings: Settings, store: Store, *, reader: Any = None,
+                            metrics: BridgeMetrics | None = None) -> Any:
+    """Startup recovery (bridge.jobs.recovery): the Runs a previous process left open, judged against 2.x's
+    rows. Raises LegacyDatabaseError when the configured file is positively not 2.x's database."""
     from bridge.jobs.recovery import recover_on_startup
     from bridge.storage.reconcile_queries import ReconcileStore
 
+    return recover_on_startup(ReconcileStore(store.engine), store.runs, reader or _legacy_reader(settings),
+                              metrics=metrics)
+
+
+def _recovering_first(settings: Settings, reconciler: Any, store: Store,
+                      metrics: BridgeMetrics) -> Callable[[], object]:
+    """The reconcile job, preceded by startup recovery until a recovery defers nothing any more."""
     pending = [True]
 
     def job() -> object:
         if pending[0]:
-            outcomes = recover_on_startup(ReconcileStore(store.engine), store.runs, reconciler.reader, metrics=metrics)
+            outcomes = recover_unfinished_runs(settings, store, reader=reconciler.reader,
+                                               metrics=metrics)
             pending[0] = any(outcome.startswith("deferred:") for outcome in outcomes)
         return reconciler.run_once()
 
@@ -211,8 +255,9 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: Any, reader
 
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
                       on_primary_commit: Callable[[], None] = lambda: None, *, reader: Any = None,
-                      stops: Any = None) -> Any:
-    """The callback path's interceptor; it feeds ``stops`` (built here when not given)."""
+                      stops: Any = None, auth: Any = None) -> Any:
+    """The callback path's interceptor; it feeds ``stops`` and checks tokens with ``auth`` (each built here
+    when not given)."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.auth import LegacyTokenAuthority
@@ -223,7 +268,7 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
     return ShadowInterceptor(
         recorder, reader, modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
-        auth=LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit,
+        auth=auth or LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit,
         read_ahead=store.engine.dialect.name == "postgresql",
         stops=stops or build_stop_decisions(settings, store, recorder, reader))
 

@@ -264,10 +264,9 @@ def _seam_findings(store: Store) -> list[Any]:
     """Origins whose recent executions mostly never reached the bridge (projections/seam.py)."""
     import time
 
-    from bridge.storage.seam_queries import recent_coverage
     from projections.seam import SEAM_WINDOW_MS, bypass_findings
 
-    return bypass_findings(recent_coverage(store.engine, int(time.time() * 1000) - SEAM_WINDOW_MS))
+    return bypass_findings(store.readers.coverage(int(time.time() * 1000) - SEAM_WINDOW_MS))
 
 
 @main.command()
@@ -294,11 +293,8 @@ def _prepare_serving(settings: Settings) -> tuple[str, bool]:
     Returns the origins not off, and whether recovery left Runs for later (2.x's database did not read)."""
     import logging
 
-    from bridge.bootstrap import build_flags, build_reconciler
-    from bridge.jobs.recovery import recover_on_startup
-    from bridge.metrics import BridgeMetrics
+    from bridge.bootstrap import build_flags, recover_unfinished_runs
     from bridge.storage.migrate import require_writable
-    from bridge.storage.reconcile_queries import ReconcileStore
 
     store = _current_store(settings)
     try:
@@ -314,8 +310,7 @@ def _prepare_serving(settings: Settings) -> tuple[str, bool]:
                   f"primary mode: set it to 2.x's data directory, or `{PROG} flags set <origin> off`")
         deferred = False
         if settings.legacy_database_path is not None:
-            reconciler = build_reconciler(settings, store, BridgeMetrics(), flags)  # validates 2.x's files
-            outcomes = recover_on_startup(ReconcileStore(store.engine), store.runs, reconciler.reader)
+            outcomes = recover_unfinished_runs(settings, store)  # refuses a file that is not 2.x's database
             deferred = any(outcome.startswith("deferred:") for outcome in outcomes)
             if outcomes:
                 logging.getLogger("bridge.cli").info("startup recovery: %s", dict(outcomes))

@@ -164,8 +164,6 @@ def gather(settings: Settings, *, proc_root: Path = Path("/proc"),
 def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any], bool]:
     from bridge.bootstrap import build_store
     from bridge.storage.migrate import schema_refusal, schema_state
-    from bridge.storage.reconcile_queries import ReconcileStore
-    from bridge.storage.seam_queries import recent_coverage
 
     if settings.database_url.startswith("sqlite:///"):
         path = Path(settings.database_url.removeprefix("sqlite:///"))
@@ -182,8 +180,8 @@ def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any
             return Check("bridge store", "fail", refusal.message, None), [], False
         revision = state.revision
         now_ms = int(datetime.now().timestamp() * 1000)
-        coverage = recent_coverage(store.engine, now_ms - window_ms)
-        passes_ran = ReconcileStore(store.engine).last_pass() is not None
+        coverage = store.readers.coverage(now_ms - window_ms)
+        passes_ran = store.readers.last_pass() is not None
         return Check("bridge store", "ok", f"reachable, at revision {revision}"), coverage, passes_ran
     except Exception as exc:  # noqa: BLE001
         return Check("bridge store", "fail", f"the store does not answer: {_code(exc)}", None), [], False

@@ -8,11 +8,10 @@ cache), and a refusal is 2.x's own 401 body. Nothing under /v3 is ever forwarded
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 from flask.blueprints import BlueprintSetupState
-from sqlalchemy import Engine
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import BaseConverter
 
@@ -20,15 +19,13 @@ from bridge.domain.errors import StoreUnavailableError
 from bridge.service.ports import StepRunReader
 from bridge.service.queries import RunQueries, parse_event_query, parse_run_list_query
 from bridge.service.step_run_queries import parse_step_run_query, step_runs_page_view
-from bridge.storage.queries import SqlRunQueries
-from bridge.storage.step_run_queries import SqlStepRunReader
 from bridge.web import current_container
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
 
-AUTHORITY = "bridge.v3.authority"
-QUERIES = "bridge.v3.queries"
-STEP_RUN_READER = "bridge.v3.step_run_reader"
+if TYPE_CHECKING:
+    from bridge.bootstrap import StoreReaders
+
 # The path 2.x would check: its scope regex takes the first segment after /open/, here "crons".
 SCOPE_PATH = "/open/crons"
 READ_METHODS = ("GET", "HEAD")
@@ -110,33 +107,26 @@ def unknown(rest: str) -> Response:
 
 
 def token_authority() -> LegacyTokenAuthority:
-    """The app's one LegacyTokenAuthority. Raises LegacyDatabaseError when no 2.x data dir is configured."""
-    authority = current_app.extensions.get(AUTHORITY)
+    """The process's one LegacyTokenAuthority. Raises LegacyDatabaseError when no 2.x data dir is configured."""
+    authority = current_container().token_authority
     if authority is None:
-        keyv_path = current_container().settings.legacy_keyv_path
-        if keyv_path is None:
-            raise LegacyDatabaseError("BRIDGE_LEGACY_DATA_DIR", "is not set, so there are no 2.x App tokens "
-                                      "to authorise /v3 with")
-        authority = current_app.extensions.setdefault(AUTHORITY, LegacyTokenAuthority(keyv_path))
+        raise LegacyDatabaseError("BRIDGE_LEGACY_DATA_DIR", "is not set, so there are no 2.x App tokens "
+                                  "to authorise /v3 with")
     return authority  # type: ignore[no-any-return]
 
 
 def run_queries() -> RunQueries:
-    """The app's one SqlRunQueries. Raises StoreUnavailableError when the bridge runs without a store."""
-    return _built_once(QUERIES, SqlRunQueries, "runs")  # type: ignore[no-any-return]
+    """The store's run views. Raises StoreUnavailableError when the bridge runs without a store."""
+    return _readers("runs").runs  # type: ignore[no-any-return]
 
 
 def step_run_reader() -> StepRunReader:
-    """The app's one SqlStepRunReader (it cannot write). Raises StoreUnavailableError without a store."""
-    return _built_once(STEP_RUN_READER, SqlStepRunReader, "step runs")  # type: ignore[no-any-return]
+    """The store's StepRun reader (it cannot write). Raises StoreUnavailableError without a store."""
+    return _readers("step runs").step_runs  # type: ignore[no-any-return]
 
 
-def _built_once(key: str, build: Callable[[Engine], object], what: str) -> object:
-    """A reader on the store's engine, built on first use and kept in the app's extensions."""
-    found = current_app.extensions.get(key)
-    if found is None:
-        store = current_container().store
-        if store is None:
-            raise StoreUnavailableError(f"the bridge store is disabled, so there are no {what} to show")
-        found = current_app.extensions.setdefault(key, build(store.engine))
-    return found
+def _readers(what: str) -> StoreReaders:
+    store = current_container().store
+    if store is None:
+        raise StoreUnavailableError(f"the bridge store is disabled, so there are no {what} to show")
+    return store.readers

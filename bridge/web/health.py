@@ -104,10 +104,8 @@ def check_reconciler(store: Store | None, settings: Settings) -> dict[str, Any]:
     """The last reconcile pass: when, how it ended, why it stopped; stale when none started lately."""
     if store is None or settings.legacy_database_path is None:
         return {"status": "disabled", "reason": "RECONCILER_DISABLED"}
-    from bridge.storage.reconcile_queries import ReconcileStore
-
     try:
-        last = ReconcileStore(store.engine).last_pass()
+        last = store.readers.last_pass()
     except Exception as exc:  # noqa: BLE001 - reported, never raised: health must answer
         return {"status": "warn", "reason": "RECONCILER_UNREADABLE", "error": type(exc).__name__}
     if last is None:
@@ -134,11 +132,10 @@ def check_seam(store: Store | None, settings: Settings, now_s: float | None = No
     cached = _seam_cache.get(id(store.engine))
     if cached is not None and now_s - cached[0] < SEAM_TTL_S:
         return cached[1]
-    from bridge.storage.seam_queries import recent_coverage
     from projections.seam import SEAM_WINDOW_MS, bypass_findings
 
     try:
-        findings = bypass_findings(recent_coverage(store.engine, int(now_s * 1000) - SEAM_WINDOW_MS))
+        findings = bypass_findings(store.readers.coverage(int(now_s * 1000) - SEAM_WINDOW_MS))
     except Exception as exc:  # noqa: BLE001 - reported, never raised: health must answer
         return {"status": "warn", "reason": "SEAM_UNKNOWN", "error": type(exc).__name__}
     result: dict[str, Any] = ({"status": "warn", "reason": "SEAM_BYPASSED", "findings": [f.as_dict() for f in findings]}

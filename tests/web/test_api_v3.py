@@ -34,7 +34,6 @@ from bridge.service.queries import (
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.queries import SqlRunQueries
-from bridge.web.api_v3 import AUTHORITY, QUERIES
 from bridge.web.app import create_app
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from tests.conftest import Backend
@@ -370,7 +369,7 @@ def test_a_non_bearer_authorization_is_please_log_in_first(api: Api) -> None:
 def test_a_token_withdrawn_from_2xs_cache_stops_working(api: Api) -> None:
     assert api.get("/v3/runs").status_code == 200
     api.legacy.write_keyv("apps", [])
-    api.app.extensions[AUTHORITY].invalidate()  # 2.x's cache is re-read at most once a second
+    api.app.extensions["bridge"].token_authority.invalidate()  # 2.x's cache is re-read at most once a second
 
     assert (api.get("/v3/runs").status_code, api.get("/v3/runs").data) == (401, TOKEN_EXPIRED)
 
@@ -387,12 +386,13 @@ def test_without_a_2x_data_dir_v3_answers_503_and_never_skips_authorisation(
     app.extensions["bridge"].http.close()
 
 
-def test_the_token_authority_and_the_queries_are_built_once_per_app(api: Api) -> None:
+def test_the_token_authority_and_the_queries_are_built_once_per_process(api: Api) -> None:
+    container = api.app.extensions["bridge"]
     api.get("/v3/runs")
-    authority, queries = api.app.extensions[AUTHORITY], api.app.extensions[QUERIES]
+    authority, queries = container.token_authority, container.store.readers.runs
     api.get("/v3/runs")
 
-    assert api.app.extensions[AUTHORITY] is authority and api.app.extensions[QUERIES] is queries
+    assert container.token_authority is authority and container.store.readers.runs is queries
     assert authority.keyv_path == api.legacy.keyv_path
 
 

@@ -11,7 +11,6 @@ from sqlalchemy import text
 
 from bridge.domain.step_run import RECORD_KEYS, StepRunStatus
 from bridge.service.queries import RunCursor
-from bridge.web.api_v3 import STEP_RUN_READER
 from tests.conftest import Backend
 from tests.contract.step_run_world import World, world_for
 from tests.web.test_api_v3 import JSON_2X, LOGIN_FIRST, TOKEN_EXPIRED, Api, build_app
@@ -120,6 +119,7 @@ def test_the_cursor_is_the_v3_apis_one_token_and_the_reader_is_built_once(api: A
     steps = [world.create(run.id, f"s{n}").step_run for n in range(2)]
     body = listing(api, run.id, "?limit=1")
     assert body["next_cursor"] == RunCursor(steps[0].created_at_ms, steps[0].id).encode()
-    reader = api.app.extensions[STEP_RUN_READER]
+    store = api.app.extensions["bridge"].store
+    reader = store.readers.step_runs
     listing(api, run.id)
-    assert api.app.extensions[STEP_RUN_READER] is reader
+    assert store.readers.step_runs is reader
