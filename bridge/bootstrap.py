@@ -144,8 +144,11 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
         notify: Callable[[], None] = lambda: None  # noqa: E731 - no projector outside `bridge serve`
         if schedule_reconciler:  # the serving process: it also keeps 2.x's columns current (primary mode)
             from bridge.jobs.project import start_projector_thread
+            from bridge.storage.outbox import SqlOutbox
+            from legacy_adapters.status_writer import LegacyStatusWriter
 
-            projector = start_projector_thread(store.engine, settings.legacy_database_path, metrics)
+            projector = start_projector_thread(SqlOutbox(store.engine),
+                                               LegacyStatusWriter(settings.legacy_database_path), metrics)
             container.closers.append(projector.close)
             notify = projector.notify
         from bridge.service.shadow import ShadowRecorder
@@ -282,10 +285,21 @@ def run_legacy_import(settings: Settings, **options: Any) -> Any:
 
 def requeue_parked_projections(settings: Settings) -> int:
     """`bridge projection retry` on the configured store."""
-    from bridge.jobs.project import requeue_parked
+    from bridge.storage.outbox import SqlOutbox
 
     store = build_store(settings)
     try:
-        return requeue_parked(store.engine)
+        return SqlOutbox(store.engine).requeue_parked(SystemClock().now_ms())
     finally:
         store.close()
+
+
+def build_projector(engine: Engine, legacy_database_path: Any, metrics: Any, clock: Clock | None = None,
+                    **options: Any) -> Any:
+    """One Projector over the bridge store and 2.x's database.sqlite, driven by its caller (no thread)."""
+    from bridge.storage.outbox import SqlOutbox
+    from legacy_adapters.status_writer import LegacyStatusWriter
+    from projections.relay import Projector
+
+    return Projector(SqlOutbox(engine), LegacyStatusWriter(legacy_database_path), metrics, clock or SystemClock(),
+                     **options)

@@ -19,14 +19,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
 
 from bridge.domain.errors import BridgeError
 from bridge.service.clock import SystemClock
-from bridge.service.ports import Clock
 from bridge.storage.outbox import SqlOutbox
 from legacy_adapters.reader import TRANSIENT_STATES, DatabaseState
 from legacy_adapters.status_writer import LegacyStatusWriter
@@ -55,13 +53,6 @@ _HOLD_WEIGHT = 0.3  # of the newest transaction in the running estimate of a tra
 # A pass that left due rows behind (a burst) is followed sooner, after a gap that lets 2.x's waiting
 # writers in: SQLite's busy handler polls them at 1, 2, 5, ... 50 ms, then every 100 ms.
 CATCH_UP_S = 0.1
-
-
-def build_projector(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
-                    clock: Clock | None = None, **options: Any) -> Projector:
-    """A Projector over the bridge store and 2.x's database.sqlite."""
-    return Projector(SqlOutbox(engine), LegacyStatusWriter(legacy_database_path), metrics, clock or SystemClock(),
-                     **options)
 
 
 class ProjectorThread:
@@ -177,14 +168,13 @@ class ProjectorThread:
         return min(self._halted_retry_s, TRANSIENT_RETRY_S) if state in _CLEARS_BY_ITSELF else self._halted_retry_s
 
 
-def start_projector_thread(engine: Engine, legacy_database_path: str | Path, metrics: ProjectionMetrics,
+def start_projector_thread(outbox: SqlOutbox, writer: LegacyStatusWriter, metrics: ProjectionMetrics,
                            interval_s: float = 2.0, tick_s: float = TICK_S) -> ProjectorThread:
-    """The serving projector, already started: pass its ``notify`` as the primary path's on-commit hook and
-    its ``close`` to the container's closers. A lease row keeps it to one process per store. It is woken on
-    every primary commit, so its idle poll is slow: each pass takes the lease with a write, which on SQLite
-    competes with the shadow writes for the one write lock."""
-    outbox = SqlOutbox(engine)
-    writer = LegacyStatusWriter(legacy_database_path)
+    """The serving projector over the bridge store's ``outbox`` and 2.x's ``writer``, already started: pass
+    its ``notify`` as the primary path's on-commit hook and its ``close`` to the container's closers. A lease
+    row keeps it to one process per store. It is woken on every primary commit, so its idle poll is slow:
+    each pass takes the lease with a write, which on SQLite competes with the shadow writes for the one
+    write lock."""
     holder = f"projector-{uuid.uuid4().hex[:12]}"
     clock = SystemClock()
 
@@ -198,11 +188,6 @@ def start_projector_thread(engine: Engine, legacy_database_path: str | Path, met
                              lease=lambda: outbox.hold_lease(holder, clock.now_ms(), LEASE_MS), on_close=close,
                              on_unavailable=(lambda state: unavailable(state, "projection")) if unavailable else None)
     return thread.start()
-
-
-def requeue_parked(engine: Engine) -> int:
-    """`bridge projection retry`: every parked row goes back to pending with a fresh retry budget."""
-    return SqlOutbox(engine).requeue_parked(SystemClock().now_ms())
 
 
 def projection_status(engine: Engine, now_ms: int | None = None, examples: int = 5) -> dict[str, Any]:
