@@ -8,8 +8,9 @@ allowlist, so a cron id, run id, command or user can never become a label (anyth
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from types import MappingProxyType
 
 from prometheus_client import (
     CollectorRegistry,
@@ -38,8 +39,12 @@ _RESULTS = frozenset({"ok", "conflict", "invalid", "error", "recorded", "duplica
                       "retried", "failed", "skipped", "locked"})
 RECONCILE_RESULTS = ("ok", "failed", "locked")
 PROJECTION_RESULTS = ("applied", "retried", "parked", "failed")
-_ERRORS = frozenset({"timeout", "overload", "store_busy", "store_unavailable", "conflict", "invalid", "internal",
-                     "legacy_unreadable"})
+# shadow_write_failures_total's error label for a BridgeError code; any other code counts as "internal".
+SHADOW_FAILURE_LABELS: Mapping[str, str] = MappingProxyType({
+    "STORE_BUSY": "store_busy", "STORE_UNAVAILABLE": "store_unavailable", "LEGACY_DATABASE": "legacy_unreadable",
+    "RUN_VERSION_CONFLICT": "conflict", "ATTEMPT_CONFLICT": "conflict", "INVALID_LEGACY_TIME": "invalid",
+    "PAYLOAD_INVALID": "invalid", "INVALID_RUN_TRANSITION": "invalid", "INVALID_ATTEMPT_TRANSITION": "invalid"})
+_ERRORS = frozenset({"timeout", "overload", "internal", *SHADOW_FAILURE_LABELS.values()})
 _COMMANDS = frozenset({"create_run", "transition_run", "create_attempt", "transition_attempt", "request_cancel",
                        "shadow_start", "shadow_end", "shadow_cancel", "reconcile"})
 _PROJECTIONS = frozenset({"crontab_status", "crontab_pid", "running_instance", "crontab_times"})
@@ -149,6 +154,10 @@ class BridgeMetrics:
 
     def shadow_write_failed(self, origin: str | None, error: str) -> None:
         self._shadow_failed.labels(bounded(origin, ORIGINS), bounded(error, _ERRORS)).inc()
+
+    def shadow_write_refused(self, origin: str | None, code: str) -> None:
+        """A shadow write the store or the domain refused with BridgeError ``code``."""
+        self.shadow_write_failed(origin, SHADOW_FAILURE_LABELS.get(code, "internal"))
 
     def callback_unmatched(self, origin: str | None, kind: str) -> None:
         self._unmatched.labels(bounded(origin, ORIGINS), bounded(kind, _KINDS)).inc()

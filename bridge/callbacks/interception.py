@@ -251,7 +251,7 @@ class ShadowInterceptor:
                 if result is not None:
                     self._count(result)
             except BridgeError as exc:
-                self._metrics.shadow_write_failed(origin, _error_label(exc))
+                self._metrics.shadow_write_refused(origin, exc.code)
                 log.warning("shadow write failed: %s", exc.code)
             except Exception as exc:  # noqa: BLE001 - fail-open: nothing may reach the shell
                 self._metrics.shadow_write_failed(origin, "internal")
@@ -407,9 +407,3 @@ def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int, *,
                          started_at_ms=started, duration_ms=duration, exit_code=exit_code,
                          received_at_ms=received_at_ms, log_path=callback.log_path if keep_log_path else None)
 
-
-def _error_label(exc: BridgeError) -> str:
-    return {"STORE_BUSY": "store_busy", "STORE_UNAVAILABLE": "store_unavailable",
-            "LEGACY_DATABASE": "legacy_unreadable", "RUN_VERSION_CONFLICT": "conflict", "ATTEMPT_CONFLICT": "conflict",
-            "INVALID_LEGACY_TIME": "invalid", "PAYLOAD_INVALID": "invalid",
-            "INVALID_RUN_TRANSITION": "invalid", "INVALID_ATTEMPT_TRANSITION": "invalid"}.get(exc.code, "internal")
