@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from bridge.domain.errors import RunVersionConflictError, StorageError, StoreBusyError, StoreUnavailableError
 from bridge.service.ports import DedupeKeyTakenError, IdempotencyKeyTakenError
+from bridge.storage.engine import READ_ONLY
 
 _BUSY_MARKERS = ("database is locked", "database table is locked", "database is busy")
 _SQLSTATE_UNAVAILABLE = ("08", "25006")  # connection exceptions; a read-only server (a standby, a failover)
@@ -131,3 +135,14 @@ def _sqlite_cause(text: str, path: Path | None) -> str | None:
         if marker in text:
             return cause
     return None
+
+
+@contextmanager
+def translated_read(engine: Engine) -> Iterator[Connection]:
+    """One read-only transaction (a deferred BEGIN on SQLite, never the write lock), rolled back on exit;
+    driver errors become StorageErrors."""
+    try:
+        with engine.connect() as conn:
+            yield conn.execution_options(**{READ_ONLY: True})
+    except DBAPIError as exc:
+        raise translate_operational_error(exc) from exc

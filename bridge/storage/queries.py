@@ -6,12 +6,10 @@ lock) and reads at most ``limit + 1`` rows: the extra row only says whether anot
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Engine, Select, and_, exists, or_, select
-from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import RunNotFoundError
 from bridge.service.flags import storable_text
@@ -26,8 +24,7 @@ from bridge.service.queries import (
     run_detail_view,
     run_view,
 )
-from bridge.storage.engine import READ_ONLY
-from bridge.storage.errors import translate_operational_error
+from bridge.storage.errors import translated_read
 from bridge.storage.runs import attempt_from_row, event_from_row, run_from_row
 from bridge.storage.schema import run_attempts_table, run_events_table, runs_table
 
@@ -105,11 +102,5 @@ class SqlRunQueries:
         next_after = events[-1].sequence if len(rows) > limit else None
         return EventsPage(run_id, [event_view(e) for e in events], next_after)
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        """One read-only transaction, rolled back on exit; driver errors become StorageErrors."""
-        try:
-            with self._engine.connect() as conn:
-                yield conn.execution_options(**{READ_ONLY: True})
-        except DBAPIError as exc:
-            raise translate_operational_error(exc) from exc
+    def _read(self) -> AbstractContextManager[Connection]:
+        return translated_read(self._engine)

@@ -6,20 +6,18 @@ record read is checked whole against its digest (StepRun.from_json), so a hand-e
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, exists, or_, select
-from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import RunNotFoundError
 from bridge.domain.step_run import StepRun
 from bridge.domain.step_run_mutation import MutationRecord
 from bridge.service.flags import storable_text
 from bridge.service.ports import StepRunPage
-from bridge.storage.engine import READ_ONLY
-from bridge.storage.errors import translate_operational_error
+from bridge.storage.errors import translated_read
 from bridge.storage.schema import runs_table, step_run_mutations_table, step_runs_table
 
 _s, _m = step_runs_table, step_run_mutations_table
@@ -77,11 +75,5 @@ class SqlStepRunReader:
         more = len(rows) > limit and step_runs
         return StepRunPage(step_runs, (step_runs[-1].created_at_ms, step_runs[-1].id) if more else None)
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        """One read-only transaction (a deferred BEGIN on SQLite), rolled back on exit."""
-        try:
-            with self._engine.connect() as conn:
-                yield conn.execution_options(**{READ_ONLY: True})
-        except DBAPIError as exc:
-            raise translate_operational_error(exc) from exc
+    def _read(self) -> AbstractContextManager[Connection]:
+        return translated_read(self._engine)
