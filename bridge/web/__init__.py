@@ -1,6 +1,9 @@
-"""The bridge's HTTP face: the byte-faithful pass-through to 2.x, /healthz and /metrics.
+"""The bridge's HTTP face: thin views for the byte-faithful pass-through to 2.x, /v3, /livez, /readyz, /metrics,
+the admin endpoints, and the waitress server that hosts them.
 
-Build it with ``bridge.web.app.create_app(container)``; views reach the container via ``current_container()``.
+Build it with ``bridge.web.app.create_app(container)``; views reach the container (built by
+``bridge.bootstrap``) via ``current_container()``. May import everything below it; only ``bridge.cli`` imports
+it.
 """
 
 from __future__ import annotations
