@@ -34,7 +34,7 @@ def test_the_contract_names_modules_that_exist_and_every_module_that_can_write_s
         assert importlib.util.find_spec(name) is not None, f"{name} no longer exists: update the contract"
     assert set(found["forbidden_modules"]) == {  # type: ignore[arg-type]
         "bridge.service.step_runs", "bridge.storage.step_runs", "bridge.storage.step_runs_memory"}
-    assert {"bridge.web", "bridge.callbacks.interception", "bridge.callbacks.primary"} <= set(found["source_modules"])  # type: ignore[arg-type]
+    assert {"bridge.web", "bridge.callbacks", "bridge.jobs"} <= set(found["source_modules"])  # type: ignore[arg-type]
 
 
 def test_the_contract_is_kept() -> None:
