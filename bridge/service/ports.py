@@ -71,8 +71,13 @@ class MismatchRecord:
     run_id: str | None = None
 
 
-class RunStore(Protocol):
-    """Reads and writes inside one open transaction."""
+class RunRepository(Protocol):
+    """Runs, their Attempts and their append-only events, read and written inside one open transaction.
+
+    The reads raise nothing of their own; ``apply`` names its refusals below. A failure of the store itself
+    reaches the caller through the unit of work (StoreBusyError / StoreUnavailableError / StorageError), and
+    the whole transaction is rolled back.
+    """
 
     def get_run(self, run_id: str) -> Run | None: ...
 
@@ -104,25 +109,46 @@ class RunStore(Protocol):
         """Non-terminal Runs of the cron with their latest Attempt, newest first, at most ``limit``."""
         ...
 
-    def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
-        """Insert the snapshot unless that revision is already stored."""
-        ...
-
     def has_active_runs_owned_by(self, owner: str) -> bool:
         """Whether any non-terminal Run has this owner."""
         ...
 
-    def enqueue_projection(self, legacy_cron_id: int, run_id: str, attempt_id: str | None, event: str,
-                           at_ms: int) -> None:
-        """Primary mode: add a pending projection outbox row, in the caller's transaction."""
-        ...
+
+class MismatchLog(Protocol):
+    """Disagreements and unplaceable callbacks, one row per dedupe key, written in the caller's transaction."""
 
     def record_mismatch(self, record: MismatchRecord) -> bool:
         """Open a mismatch row, or bump last_seen/occurrences of the one with that dedupe key.
 
-        Returns True when a new row was opened.
+        Returns True when a new row was opened. Raises nothing of its own: a twin that opened the same key
+        a moment earlier fails this insert on the unique dedupe key, which the unit of work reports as
+        StorageError (the transaction is rolled back).
         """
         ...
+
+
+class ProjectionQueue(Protocol):
+    """Primary mode: the projection outbox rows a change of a bridge-owned Run adds (drained by the projector,
+    bridge.service.outbox.OutboxPort)."""
+
+    def enqueue_projection(self, legacy_cron_id: int, run_id: str, attempt_id: str | None, event: str,
+                           at_ms: int) -> None:
+        """Add a pending projection outbox row, in the caller's transaction. Raises nothing of its own."""
+        ...
+
+
+class TaskSnapshotStore(Protocol):
+    """What a 2.x task was at a revision, stored once per revision and never changed."""
+
+    def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
+        """Insert the snapshot unless that revision is already stored. Raises nothing of its own (a stored
+        revision, also one a twin stored meanwhile, is left as it is)."""
+        ...
+
+
+class RunStore(RunRepository, MismatchLog, ProjectionQueue, TaskSnapshotStore, Protocol):
+    """What one open transaction hands out (UnitOfWork.write / read): the four ports above on one connection,
+    so that everything they write commits or rolls back together. Each port states its own errors."""
 
 
 class UnitOfWork(Protocol):
