@@ -3,7 +3,8 @@
     python -m tests.bench.bench_run_service [--runs N] [--backend sqlite|postgres|both] [--pg-url URL]
                                             [--blocks B] [--warmup W] [--profile [--profile-runs K]]
 
-One lifecycle = one Run with one Attempt, start -> running -> succeeded, as four commands (one transaction each):
+One lifecycle = one Run with one Attempt, start -> running -> succeeded, as four commands (one transaction each,
+through RunService's write API: the Run commands of tests/support/run_commands.py):
 
   1. create_run(build=...)   run created -> queued -> dispatching, Attempt 1 claimed      (4 events)
   2. transition_attempt      attempt claimed -> starting                                 (1 event)
@@ -79,6 +80,7 @@ from bridge.storage.runs import (
 )
 from bridge.storage.schema import run_attempts_table, run_events_table, runs_table
 from bridge.storage.unit_of_work import SqlUnitOfWork
+from tests.support.run_commands import create_run, transition_attempt
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TARGET_RATIO = 0.50
@@ -113,30 +115,30 @@ def service_lifecycle(svc: RunService, lat: list[list[int]], probe: Probe = time
     def build(store: Any, change: Any) -> None:
         change.move_run(RunStatus.QUEUED)
         change.move_run(RunStatus.DISPATCHING)
-        # Built the way RunService.create_attempt builds Attempt N.
+        # Built the way bridge.domain.commands.add_attempt builds Attempt N.
         added.append(change.add_attempt(RunAttempt(
             id=new_id(), run_id=change.run.id, attempt=1, status=AttemptStatus.CLAIMED,
             executor_type=EXECUTOR, callback_sequence=0, created_at_ms=change.at_ms, pid=PID,
         )))
 
     t0 = probe()
-    run = svc.create_run(CreateRun(project_id=PROJECT, task_id=TASK, task_revision=REVISION,
-                                   trigger_type=TRIGGER_TYPE, actor=ACTOR, legacy_cron_id=CRON_ID),
-                         build=build).run
+    run = create_run(svc, CreateRun(project_id=PROJECT, task_id=TASK, task_revision=REVISION,
+                                    trigger_type=TRIGGER_TYPE, actor=ACTOR, legacy_cron_id=CRON_ID),
+                     build=build).run
     t1 = probe()
     attempt = added[-1]
-    res = svc.transition_attempt(TransitionAttempt(
+    res = transition_attempt(svc, TransitionAttempt(
         run.id, attempt.id, AttemptStatus.STARTING, run.version, attempt.status, attempt.callback_sequence, ACTOR))
     t2 = probe()
     run, attempt = res.run, res.attempt
     assert attempt is not None
-    res = svc.transition_attempt(TransitionAttempt(
+    res = transition_attempt(svc, TransitionAttempt(
         run.id, attempt.id, AttemptStatus.RUNNING, run.version, attempt.status, attempt.callback_sequence, ACTOR,
         run_to=RunStatus.RUNNING))
     t3 = probe()
     run, attempt = res.run, res.attempt
     assert attempt is not None
-    res = svc.transition_attempt(TransitionAttempt(
+    res = transition_attempt(svc, TransitionAttempt(
         run.id, attempt.id, AttemptStatus.SUCCEEDED, run.version, attempt.status, attempt.callback_sequence, ACTOR,
         run_to=RunStatus.SUCCEEDED, exit_code=0))
     t4 = probe()
@@ -173,7 +175,7 @@ def _dumps(payload: dict[str, Any]) -> str:
 
 
 def _fingerprint() -> str:
-    # The same request fingerprint RunService computes for this CreateRun.
+    # The same request fingerprint bridge.domain.commands.request_fingerprint computes for this CreateRun.
     body = {"task_id": TASK, "task_revision": REVISION, "trigger_type": TRIGGER_TYPE, "trigger_id": None,
             "parent_run_id": None, "legacy_cron_id": CRON_ID, "priority": 0}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
@@ -818,6 +820,8 @@ def _category(filename: str, func: str) -> str:
         return "stdlib enum"
     if "/tests/bench/" in f:
         return "benchmark harness"
+    if "/tests/support/" in f:
+        return "tests/support (the Run commands over RunService)"
     return "other (stdlib, builtins)"
 
 

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from bridge.domain.commands import CreateAttempt, CreateRun, RequestCancel, RetryRun, TransitionAttempt, TransitionRun
+from bridge.domain.commands import (
+    CancelOutcome,
+    CreateAttempt,
+    CreateRun,
+    RequestCancel,
+    RetryRun,
+    TransitionAttempt,
+    TransitionRun,
+)
 from bridge.domain.errors import (
     IdempotencyKeyConflictError,
     InvalidRunTransitionError,
@@ -19,8 +27,16 @@ from bridge.domain.errors import (
 )
 from bridge.domain.events import EventType
 from bridge.domain.model import AttemptStatus, RunStatus
-from bridge.service.run_service import CancelOutcome, RunService
+from bridge.service.run_service import RunService
 from tests.contract.lifecycle import ACTOR, attempt_to, create, dispatching, move, running, sequences
+from tests.support.run_commands import (
+    create_attempt,
+    create_run,
+    request_cancel,
+    retry_run,
+    transition_attempt,
+    transition_run,
+)
 
 
 def race(*calls: Callable[[], Any]) -> list[Any]:
@@ -48,7 +64,7 @@ def test_a_repeated_idempotency_key_returns_the_existing_run(service: RunService
     first = create(service, key="trigger-7:1700000000000")
     cmd = CreateRun(project_id="default", task_id="legacy-cron:1", task_revision="rev1", trigger_type="manual",
                     actor=ACTOR, idempotency_key="trigger-7:1700000000000", legacy_cron_id=1)
-    again = service.create_run(cmd)
+    again = create_run(service, cmd)
     assert again.created is False
     assert again.run.id == first.id
     assert sequences(service, first.id) == [1]
@@ -57,7 +73,7 @@ def test_a_repeated_idempotency_key_returns_the_existing_run(service: RunService
 def test_racing_creates_with_one_idempotency_key_make_exactly_one_run(service: RunService) -> None:
     cmd = CreateRun(project_id="default", task_id="legacy-cron:1", task_revision="rev1", trigger_type="manual",
                     actor=ACTOR, idempotency_key="race-key", legacy_cron_id=1)
-    results = race(*[lambda: service.create_run(cmd)] * 4)
+    results = race(*[lambda: create_run(service, cmd)] * 4)
     assert all(not isinstance(r, Exception) for r in results), results
     assert len({r.run.id for r in results}) == 1
     assert sum(r.created for r in results) == 1
@@ -75,8 +91,8 @@ def test_two_racing_transitions_of_one_version_let_exactly_one_win(service: RunS
     for _ in range(5):
         run = move(service, create(service), RunStatus.QUEUED)
         results = race(
-            lambda: service.transition_run(TransitionRun(run.id, RunStatus.DISPATCHING, run.version, ACTOR)),
-            lambda: service.transition_run(TransitionRun(run.id, RunStatus.CANCELLED, run.version, ACTOR)),
+            lambda: transition_run(service, TransitionRun(run.id, RunStatus.DISPATCHING, run.version, ACTOR)),
+            lambda: transition_run(service, TransitionRun(run.id, RunStatus.CANCELLED, run.version, ACTOR)),
         )
         winners = [r for r in results if not isinstance(r, Exception)]
         losers = [r for r in results if isinstance(r, Exception)]
@@ -93,7 +109,7 @@ def test_a_stale_version_is_refused_with_expected_and_current(service: RunServic
     run = create(service)
     move(service, run, RunStatus.QUEUED)
     with pytest.raises(RunVersionConflictError) as err:
-        service.transition_run(TransitionRun(run.id, RunStatus.CANCELLED, run.version, ACTOR))
+        transition_run(service, TransitionRun(run.id, RunStatus.CANCELLED, run.version, ACTOR))
     assert err.value.details["expected_version"] == run.version
     assert err.value.details["current_version"] == run.version + 1
     assert sequences(service, run.id) == [1, 2]
@@ -102,14 +118,14 @@ def test_a_stale_version_is_refused_with_expected_and_current(service: RunServic
 def test_an_illegal_transition_names_from_and_to_and_writes_nothing(service: RunService) -> None:
     run = create(service)
     with pytest.raises(InvalidRunTransitionError) as err:
-        service.transition_run(TransitionRun(run.id, RunStatus.SUCCEEDED, run.version, ACTOR))
+        transition_run(service, TransitionRun(run.id, RunStatus.SUCCEEDED, run.version, ACTOR))
     assert err.value.details["from"] == "created" and err.value.details["to"] == "succeeded"
     assert service.get_run(run.id) == run
 
 
 def test_an_unknown_run_is_reported_as_not_found(service: RunService) -> None:
     with pytest.raises(RunNotFoundError) as err:
-        service.transition_run(TransitionRun("0190-missing", RunStatus.QUEUED, 0, ACTOR))
+        transition_run(service, TransitionRun("0190-missing", RunStatus.QUEUED, 0, ACTOR))
     assert err.value.code == "RUN_NOT_FOUND"
 
 
@@ -118,7 +134,7 @@ def test_a_repeated_success_callback_appends_nothing(service: RunService) -> Non
     run, attempt = running(service)
     done, _ = attempt_to(service, run, attempt, AttemptStatus.SUCCEEDED, run_to=RunStatus.SUCCEEDED,
                          exit_code=0, dedupe_key="shell:end:4321")
-    again = service.transition_attempt(TransitionAttempt(
+    again = transition_attempt(service, TransitionAttempt(
         run.id, attempt.id, AttemptStatus.SUCCEEDED, run.version, attempt.status, attempt.callback_sequence,
         ACTOR, run_to=RunStatus.SUCCEEDED, exit_code=0, dedupe_key="shell:end:4321"))
     assert again.applied is False
@@ -134,19 +150,19 @@ def test_terminal_runs_and_attempts_never_change(service: RunService) -> None:
     assert (run.status, attempt.status, attempt.exit_code) == (RunStatus.FAILED, AttemptStatus.FAILED, 3)
     for target in RunStatus:
         with pytest.raises(InvalidRunTransitionError):
-            service.transition_run(TransitionRun(run.id, target, run.version, ACTOR))
+            transition_run(service, TransitionRun(run.id, target, run.version, ACTOR))
     assert service.get_run(run.id) == run
 
 
 # Scenario 6 and ADR-0001 13.4: durable cancellation.
 def test_the_first_cancel_request_bumps_the_version_and_appends_one_event(service: RunService) -> None:
     run, _ = running(service)
-    first = service.request_cancel(RequestCancel(run.id, ACTOR))
+    first = request_cancel(service, RequestCancel(run.id, ACTOR))
     assert first.outcome is CancelOutcome.REQUESTED
     assert first.run.version == run.version + 1
     assert first.run.cancel_requested_at_ms is not None
     assert first.run.status is RunStatus.RUNNING  # still what was observed; the stop comes after commit
-    repeat = service.request_cancel(RequestCancel(run.id, ACTOR))
+    repeat = request_cancel(service, RequestCancel(run.id, ACTOR))
     assert repeat.outcome is CancelOutcome.ALREADY_REQUESTED
     assert repeat.run.version == first.run.version
     types = [e.type for e in service.list_events(run.id).events]
@@ -156,14 +172,14 @@ def test_the_first_cancel_request_bumps_the_version_and_appends_one_event(servic
 def test_a_cancel_of_a_terminal_run_is_already_terminal_and_appends_nothing(service: RunService) -> None:
     run, attempt = running(service)
     run, _ = attempt_to(service, run, attempt, AttemptStatus.SUCCEEDED, run_to=RunStatus.SUCCEEDED, exit_code=0)
-    result = service.request_cancel(RequestCancel(run.id, ACTOR))
+    result = request_cancel(service, RequestCancel(run.id, ACTOR))
     assert result.outcome is CancelOutcome.ALREADY_TERMINAL
     assert result.run == run
 
 
 def test_a_success_after_a_cancel_request_converges_to_cancelled(service: RunService) -> None:
     run, attempt = running(service)
-    run = service.request_cancel(RequestCancel(run.id, ACTOR)).run
+    run = request_cancel(service, RequestCancel(run.id, ACTOR)).run
     run, attempt = attempt_to(service, run, attempt, AttemptStatus.SUCCEEDED, run_to=RunStatus.SUCCEEDED, exit_code=0)
     assert run.status is RunStatus.CANCELLED and attempt.status is AttemptStatus.CANCELLED
     assert attempt.exit_code == 0  # the fact is kept; the outcome follows the committed cancel
@@ -174,8 +190,8 @@ def test_a_cancel_racing_an_exit_follows_whichever_committed_first(service: RunS
         run, attempt = running(service)
         finish = TransitionAttempt(run.id, attempt.id, AttemptStatus.SUCCEEDED, run.version, attempt.status,
                                    attempt.callback_sequence, ACTOR, run_to=RunStatus.SUCCEEDED, exit_code=0)
-        results = race(lambda: service.transition_attempt(finish),
-                       lambda: service.request_cancel(RequestCancel(run.id, ACTOR)))
+        results = race(lambda: transition_attempt(service, finish),
+                       lambda: request_cancel(service, RequestCancel(run.id, ACTOR)))
         final = service.get_run(run.id)
         cancel = results[1]
         if isinstance(results[0], Exception):  # cancel committed first: the exit lost its version
@@ -195,7 +211,7 @@ def test_an_automatic_retry_adds_attempt_two_under_the_same_run(service: RunServ
     assert run.status is RunStatus.RETRY_WAIT and failed.status is AttemptStatus.FAILED
     run = move(service, run, RunStatus.QUEUED)
     run = move(service, run, RunStatus.DISPATCHING)
-    second = service.create_attempt(CreateAttempt(run.id, run.version, ACTOR))
+    second = create_attempt(service, CreateAttempt(run.id, run.version, ACTOR))
     assert second.attempt is not None and second.attempt.attempt == 2
     assert [a.attempt for a in service.get_attempts(run.id)] == [1, 2]
     assert service.get_attempts(run.id)[0].status is AttemptStatus.FAILED
@@ -203,9 +219,9 @@ def test_an_automatic_retry_adds_attempt_two_under_the_same_run(service: RunServ
 
 def test_a_new_attempt_waits_for_the_previous_one_to_end(service: RunService) -> None:
     run = dispatching(service)
-    first = service.create_attempt(CreateAttempt(run.id, run.version, ACTOR))
+    first = create_attempt(service, CreateAttempt(run.id, run.version, ACTOR))
     with pytest.raises(Exception) as err:
-        service.create_attempt(CreateAttempt(run.id, first.run.version, ACTOR))
+        create_attempt(service, CreateAttempt(run.id, first.run.version, ACTOR))
     assert getattr(err.value, "code", None) == "ATTEMPT_CONFLICT"
 
 
@@ -213,7 +229,7 @@ def test_a_new_attempt_waits_for_the_previous_one_to_end(service: RunService) ->
 def test_a_manual_retry_creates_a_new_run_pointing_at_the_original(service: RunService) -> None:
     run, attempt = running(service)
     run, _ = attempt_to(service, run, attempt, AttemptStatus.FAILED, run_to=RunStatus.FAILED, exit_code=2)
-    retry = service.retry_run(RetryRun(run.id, ACTOR))
+    retry = retry_run(service, RetryRun(run.id, ACTOR))
     assert retry.created and retry.run.id != run.id
     assert retry.run.retry_of_run_id == run.id and retry.run.status is RunStatus.CREATED
     assert service.get_run(run.id) == run
@@ -222,7 +238,7 @@ def test_a_manual_retry_creates_a_new_run_pointing_at_the_original(service: RunS
 def test_a_manual_retry_of_a_running_run_is_refused(service: RunService) -> None:
     run, _ = running(service)
     with pytest.raises(RetryNotAllowedError):
-        service.retry_run(RetryRun(run.id, ACTOR))
+        retry_run(service, RetryRun(run.id, ACTOR))
 
 
 # Scenario 12: payloads are allowlisted and capped before anything is written.
@@ -235,7 +251,7 @@ def test_a_payload_with_a_forbidden_or_oversized_field_is_refused(service: RunSe
                                                                    field: str) -> None:
     run = create(service)
     with pytest.raises(PayloadValidationError) as err:
-        service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR, payload=payload))
+        transition_run(service, TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR, payload=payload))
     assert err.value.details["field"] == field
     assert service.get_run(run.id) == run and sequences(service, run.id) == [1]
 

@@ -17,6 +17,7 @@ from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, Shad
 from bridge.storage.runs import _ACTIVE_CANDIDATES
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR
+from tests.support.run_commands import request_cancel
 
 CTX = ExecutionContext(origin="scheduled_node", evidence="schedule_match:main:5_field:node", task_revision="rev")
 BEGIN_MS = 1_796_216_497_000
@@ -126,7 +127,7 @@ def test_several_uncontradicted_candidates_are_ambiguous_and_nothing_changes(rec
 
 def test_an_end_after_a_cancel_request_converges_to_cancelled(recorder: ShadowRecorder, service: RunService) -> None:
     run_id = recorder.record_start(facts(), CTX).run_id
-    service.request_cancel(RequestCancel(run_id, ACTOR))
+    request_cancel(service, RequestCancel(run_id, ACTOR))
     recorder.record_end(end(exit_code=0), lambda: CTX)
     assert service.get_run(run_id).status is RunStatus.CANCELLED
 
@@ -160,7 +161,7 @@ def test_an_end_whose_run_changed_after_the_read_ahead_is_placed_on_what_the_sto
         recorder: ShadowRecorder, service: RunService) -> None:
     run_id = recorder.record_start(facts(), CTX).run_id
     read_ahead = recorder.read_ahead_end(1)
-    service.request_cancel(RequestCancel(run_id, ACTOR))  # lands while 2.x is still answering the end
+    request_cancel(service, RequestCancel(run_id, ACTOR))  # lands while 2.x is still answering the end
     assert recorder.record_end(end(), lambda: CTX, read_ahead).outcome is Outcome.CLOSED
     run = service.get_run(run_id)
     assert run.status is RunStatus.CANCELLED and run.cancel_requested_at_ms is not None

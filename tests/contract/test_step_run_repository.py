@@ -30,6 +30,7 @@ from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR
 from tests.contract.step_run_world import World, world_for
 from tests.contract.test_run_service import race
+from tests.support.run_commands import transition_run
 
 S = StepRunStatus
 
@@ -146,8 +147,8 @@ def test_step_run_mutations_and_run_commands_fence_each_other(world: World) -> N
     run = world.run()
     world.create(run.id)  # bumps the Run's version: a command that read the Run before is stale
     with pytest.raises(RunVersionConflictError):
-        world.runs.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
-    queued = world.runs.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version + 1, ACTOR)).run
+        transition_run(world.runs, TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+    queued = transition_run(world.runs, TransitionRun(run.id, RunStatus.QUEUED, run.version + 1, ACTOR)).run
     with pytest.raises(RunFenceConflictError):
         world.create(run.id, fence=(run.version + 1, run.event_sequence + 1))
     assert world.create(run.id, fence=(queued.version, queued.event_sequence)).applied
@@ -156,7 +157,7 @@ def test_step_run_mutations_and_run_commands_fence_each_other(world: World) -> N
 def test_a_terminal_run_takes_no_step_run_mutation(world: World) -> None:
     run = world.run()
     step = world.create(run.id).step_run
-    world.runs.transition_run(TransitionRun(run.id, RunStatus.CANCELLED, run.version + 1, ACTOR))
+    transition_run(world.runs, TransitionRun(run.id, RunStatus.CANCELLED, run.version + 1, ACTOR))
     before = world.snapshot(run.id)
     with pytest.raises(RunTerminalError) as refused:
         world.create(run.id)

@@ -35,6 +35,7 @@ from bridge.storage.memory import InMemoryUnitOfWork
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR
 from tests.contract.step_run_world import World, world_for
+from tests.support.run_commands import transition_run
 
 EXAMPLES = {"memory": 60, "sqlite": 25, "postgres": 12}
 
@@ -79,7 +80,7 @@ class StepRunMachine(RuleBasedStateMachine):
     def end_run(self, run_id: str) -> None:
         run = self.world.runs.get_run(run_id)
         if run.status is RunStatus.CREATED:
-            self.world.runs.transition_run(TransitionRun(run_id, RunStatus.CANCELLED, run.version, ACTOR))
+            transition_run(self.world.runs, TransitionRun(run_id, RunStatus.CANCELLED, run.version, ACTOR))
             self.ended.add(run_id)
 
     @rule(target=history, run_id=runs, kind=st.sampled_from(list(StepRunKind)), stale=st.booleans())

@@ -26,6 +26,7 @@ from bridge.storage.unit_of_work import SqlUnitOfWork
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR, attempt_to, create, running, sequences
 from tests.pool_probe import PoolProbe
+from tests.support.run_commands import transition_run
 
 
 @contextmanager
@@ -56,7 +57,7 @@ def failing(backend: Backend, table: str, operation: str) -> Iterator[None]:
 def test_a_failing_run_update_leaves_no_orphan_event(sql_backend: Backend, sql_service: RunService) -> None:
     run = create(sql_service)
     with failing(sql_backend, "runs", "UPDATE"), pytest.raises(StorageError):
-        sql_service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+        transition_run(sql_service, TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
     assert sql_service.get_run(run.id) == run
     assert sequences(sql_service, run.id) == [1]
 
@@ -123,7 +124,7 @@ def test_a_store_locked_past_the_budget_raises_store_busy_quickly_and_writes_not
     holder = _locked_by_another_writer(sqlite_backend, 2.0)
     started = time.monotonic()
     with pytest.raises(StoreBusyError) as err:
-        service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+        transition_run(service, TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
     elapsed = time.monotonic() - started
     holder.join()
     assert err.value.code == "STORE_BUSY"
@@ -136,7 +137,7 @@ def test_a_short_lock_is_waited_out_and_the_command_applies_once(sqlite_backend:
                          clock=SystemClock())
     run = create(service)
     holder = _locked_by_another_writer(sqlite_backend, 0.15)
-    result = service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+    result = transition_run(service, TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
     holder.join()
     assert result.run.status is RunStatus.QUEUED
     assert sequences(service, run.id) == [1, 2]
@@ -151,7 +152,7 @@ def test_sqlite_writers_of_one_process_take_turns_on_one_connection(sqlite_backe
     probe.reset()
 
     def move(run_id: str, version: int) -> None:
-        service.transition_run(TransitionRun(run_id, RunStatus.QUEUED, version, ACTOR))
+        transition_run(service, TransitionRun(run_id, RunStatus.QUEUED, version, ACTOR))
 
     threads = [threading.Thread(target=move, args=(r.id, r.version)) for r in runs]
     for thread in threads:
@@ -217,7 +218,7 @@ def test_a_connection_the_server_dropped_is_replaced_and_the_command_applies_onc
     service = RunService(SqlUnitOfWork(engine), clock=SystemClock())
     run = create(service)  # leaves one idle connection in the pool
     assert _terminate_pooled_backends(postgres_url) == 1
-    result = service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
+    result = transition_run(service, TransitionRun(run.id, RunStatus.QUEUED, run.version, ACTOR))
     assert result.run.status is RunStatus.QUEUED
     assert sequences(service, run.id) == [1, 2]
     engine.dispose()

@@ -18,6 +18,7 @@ from bridge.storage.unit_of_work import SqlUnitOfWork
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR, create, sequences
 from tests.full_disk import FullDisk
+from tests.support.run_commands import transition_run
 
 WINDOW_S = 60.0
 
@@ -71,7 +72,7 @@ def test_a_domain_refusal_says_nothing_about_the_store_and_is_not_recorded(
         sql_backend: Backend, sql_service: RunService) -> None:
     run = create(sql_service)
     with pytest.raises(RunVersionConflictError):
-        sql_service.transition_run(TransitionRun(run.id, RunStatus.QUEUED, run.version + 5, ACTOR))
+        transition_run(sql_service, TransitionRun(run.id, RunStatus.QUEUED, run.version + 5, ACTOR))
 
     assert outcomes(sql_backend) == (1, 0, None)
 

@@ -19,6 +19,7 @@ from bridge.storage.reconcile_queries import ReconcileStore
 from legacy_adapters.reader import LegacyReader
 from tests.contract.lifecycle import ACTOR
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
+from tests.support.run_commands import retry_run
 
 ALL = frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"})
 
@@ -55,4 +56,4 @@ def test_imported_runs_are_never_retried(env: ImportEnv) -> None:
     imported(env)
     failed = next(r for r in env.runs() if r["status"] == "failed")
     with pytest.raises(RetryNotAllowedError):
-        RunService(env.backend.uow, clock=SystemClock()).retry_run(RetryRun(failed["id"], ACTOR))  # type: ignore[arg-type]
+        retry_run(RunService(env.backend.uow, clock=SystemClock()), RetryRun(failed["id"], ACTOR))  # type: ignore[arg-type]

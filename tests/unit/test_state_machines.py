@@ -1,19 +1,39 @@
-"""The transition tables as data, and property tests: random command sequences never break the rules."""
+"""The transition tables as data, the command rules (bridge.domain.commands), and property tests: random
+command sequences never break the rules."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.domain.aggregate import RunChange
-from bridge.domain.errors import InvalidAttemptTransitionError, InvalidRunTransitionError
+from bridge.domain.commands import (
+    CancelOutcome,
+    CreateRun,
+    RequestCancel,
+    RetryRun,
+    new_run,
+    replayed,
+    request_cancel,
+    request_fingerprint,
+    retry_of,
+    run_target_after,
+)
+from bridge.domain.errors import (
+    IdempotencyKeyConflictError,
+    InvalidAttemptTransitionError,
+    InvalidRunTransitionError,
+    RetryNotAllowedError,
+)
 from bridge.domain.events import Actor, ActorType
 from bridge.domain.model import (
     ATTEMPT_TERMINAL,
     ATTEMPT_TRANSITIONS,
+    IMPORTED_MODE,
     RUN_TERMINAL,
     RUN_TRANSITIONS,
     AttemptStatus,
@@ -102,6 +122,65 @@ def test_a_multi_step_change_bumps_the_version_once_and_numbers_every_event() ->
     assert result.run.queued_at_ms == 5 and result.run.started_at_ms == 5
 
 
+# The command rules, pure: what the Run commands decide before anything is written.
+@pytest.mark.parametrize("status", list(RunStatus))
+def test_a_manual_retry_is_allowed_only_from_failed_cancelled_or_timed_out(status: RunStatus) -> None:
+    source = replace(a_run(status), legacy_cron_id=7, origin="manual", mode="shadow", owner="legacy", priority=2)
+    if status not in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT):
+        with pytest.raises(RetryNotAllowedError):
+            retry_of(source, RetryRun(source.id, ACTOR))
+        return
+    create = retry_of(source, RetryRun(source.id, ACTOR, idempotency_key="again"))
+    assert (create.trigger_type, create.retry_of_run_id, create.idempotency_key) == ("manual_retry", "r1", "again")
+    assert (create.task_id, create.legacy_cron_id, create.origin, create.mode, create.owner, create.priority) == (
+        "t", 7, "manual", "shadow", "legacy", 2)
+    assert new_run(create, run_id="r2", at_ms=9).retry_of_run_id == "r1"
+
+
+def test_imported_history_is_read_only_and_never_retried() -> None:
+    with pytest.raises(RetryNotAllowedError):
+        retry_of(replace(a_run(RunStatus.FAILED), mode=IMPORTED_MODE), RetryRun("r1", ACTOR))
+
+
+@pytest.mark.parametrize("attempt_status, requested, expected", [
+    (AttemptStatus.CANCELLED, RunStatus.SUCCEEDED, RunStatus.CANCELLED),
+    (AttemptStatus.CANCELLED, RunStatus.FAILED, RunStatus.CANCELLED),
+    (AttemptStatus.CANCELLED, RunStatus.RETRY_WAIT, RunStatus.RETRY_WAIT),
+    (AttemptStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.SUCCEEDED),
+    (AttemptStatus.FAILED, RunStatus.FAILED, RunStatus.FAILED),
+])
+def test_the_run_follows_an_attempt_a_cancel_converged_to_cancelled(
+        attempt_status: AttemptStatus, requested: RunStatus, expected: RunStatus) -> None:
+    assert run_target_after(attempt_status, requested) is expected
+
+
+def test_a_cancel_request_is_recorded_once_and_never_on_a_terminal_run() -> None:
+    change = RunChange(a_run(RunStatus.RUNNING), actor=ACTOR, at_ms=5, new_id=new_id)
+    assert request_cancel(change, RequestCancel("r1", ACTOR, reason="x" * 300)) is CancelOutcome.REQUESTED
+    requested = change.result()
+    assert requested.run.cancel_requested_at_ms == 5 and requested.run.cancel_reason == "x" * 200
+    assert [e.payload for e in requested.events] == [{"cancel_reason": "x" * 200}]
+    again = RunChange(requested.run, actor=ACTOR, at_ms=6, new_id=new_id)
+    assert request_cancel(again, RequestCancel("r1", ACTOR)) is CancelOutcome.ALREADY_REQUESTED
+    ended = RunChange(a_run(RunStatus.SUCCEEDED), actor=ACTOR, at_ms=6, new_id=new_id)
+    assert request_cancel(ended, RequestCancel("r1", ACTOR)) is CancelOutcome.ALREADY_TERMINAL
+    assert not again.has_events and not ended.has_events
+
+
+def test_the_request_fingerprint_is_stable_and_leaves_out_the_actor() -> None:
+    cmd = CreateRun(project_id="default", task_id="legacy-cron:1", task_revision="rev1", trigger_type="manual",
+                    actor=ACTOR, idempotency_key="k", legacy_cron_id=1)
+    assert request_fingerprint(cmd) == "b0ffb211173088fd925aeb37b91a6bde"  # stored in runs: it must never drift
+    assert request_fingerprint(replace(cmd, actor=Actor(ActorType.USER, "u"), retry_of_run_id="r0")) == \
+        request_fingerprint(cmd)
+    assert request_fingerprint(replace(cmd, task_id="legacy-cron:2")) != request_fingerprint(cmd)
+    stored = new_run(cmd, run_id="r1", at_ms=1)
+    assert replayed(stored, cmd) is stored
+    assert replayed(replace(stored, request_fingerprint=None), replace(cmd, priority=9)).id == "r1"
+    with pytest.raises(IdempotencyKeyConflictError):
+        replayed(stored, replace(cmd, priority=9))
+
+
 # Service-level: random commands through RunService on a real store.
 COMMANDS = st.lists(st.tuples(st.sampled_from(["run", "attempt", "new_attempt", "cancel"]),
                               st.sampled_from(list(RunStatus)), st.sampled_from(list(AttemptStatus))),
@@ -111,6 +190,7 @@ COMMANDS = st.lists(st.tuples(st.sampled_from(["run", "attempt", "new_attempt", 
 def _apply_random(service, run_id: str, cmds) -> None:  # type: ignore[no-untyped-def]
     from bridge.domain.commands import CreateAttempt, RequestCancel, TransitionAttempt, TransitionRun
     from bridge.domain.errors import BridgeError
+    from tests.support.run_commands import create_attempt, request_cancel, transition_attempt, transition_run
 
     seen: list[RunStatus] = [service.get_run(run_id).status]
     for kind, run_to, attempt_to in cmds:
@@ -118,15 +198,15 @@ def _apply_random(service, run_id: str, cmds) -> None:  # type: ignore[no-untype
         attempts = service.get_attempts(run_id)
         try:
             if kind == "run":
-                service.transition_run(TransitionRun(run_id, run_to, run.version, ACTOR))
+                transition_run(service, TransitionRun(run_id, run_to, run.version, ACTOR))
             elif kind == "new_attempt":
-                service.create_attempt(CreateAttempt(run_id, run.version, ACTOR))
+                create_attempt(service, CreateAttempt(run_id, run.version, ACTOR))
             elif kind == "cancel":
-                service.request_cancel(RequestCancel(run_id, ACTOR))
+                request_cancel(service, RequestCancel(run_id, ACTOR))
             elif attempts:
                 a = attempts[-1]
-                service.transition_attempt(TransitionAttempt(run_id, a.id, attempt_to, run.version, a.status,
-                                                             a.callback_sequence, ACTOR))
+                transition_attempt(service, TransitionAttempt(run_id, a.id, attempt_to, run.version, a.status,
+                                                              a.callback_sequence, ACTOR))
         except BridgeError:
             assert service.get_run(run_id) == run  # a refused command wrote nothing
             continue
