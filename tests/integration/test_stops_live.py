@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,6 +168,23 @@ def the_end(world: StopWorld, cron: int, pid: int, log: str, begin: int, exit_co
     return send
 
 
+@contextmanager
+def trap_shell(world: StopWorld, cron: int, log: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real task shell (its own session, 30 s of work) that has sent its begin callback; killed if left running."""
+    shell = subprocess.Popen(["bash", str(TRAP_SHELL), world.url, world.data.system_token, str(cron),
+                              str(int(time.time())), log, "30"], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while shell.pid not in world.runs(cron) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield shell
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait()
+
+
 @pytest.mark.parametrize("order", ["trap_reaches_2x_before_the_stop_marks_rows", "stop_marks_rows_first"])
 def test_an_api_stop_whose_killed_shell_ends_before_2x_answers_ends_cancelled_by_user(
         world: StopWorld, order: str) -> None:
@@ -194,14 +211,8 @@ def test_an_api_stop_whose_killed_shell_ends_before_2x_answers_ends_cancelled_by
 
 
 def test_an_api_stop_of_a_real_shell_whose_answer_waits_for_the_trap_ends_cancelled(world: StopWorld) -> None:
-    cron, begin = new_cron(world), int(time.time())
-    shell = subprocess.Popen(["bash", str(TRAP_SHELL), world.url, world.data.system_token, str(cron), str(begin),
-                              "real/shell.log", "30"], start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while shell.pid not in world.runs(cron) and time.monotonic() < deadline:
-            time.sleep(0.05)
+    cron = new_cron(world)
+    with trap_shell(world, cron, "real/shell.log") as shell:
         world.double.on_kill(lambda _cron, pid: os.killpg(pid, signal.SIGTERM) if pid == shell.pid else None)
         # killTask signals, 2.x marks the rows and answers; here the answer waits until the trap's end callback
         # has had its answer (the shell exits 1 once curl returns), as when killAllTasks takes its time.
@@ -210,10 +221,6 @@ def test_an_api_stop_of_a_real_shell_whose_answer_waits_for_the_trap_ends_cancel
         assert shell.wait(10) == 1  # the trap exits 1
         assert any(b'"status":"1"' in r.body and f'"pid":"{shell.pid}"'.encode() in r.body
                    for r in world.double.requests())  # the end reached 2.x before 2.x answered the stop
-    finally:
-        if shell.poll() is None:
-            os.killpg(shell.pid, signal.SIGKILL)
-            shell.wait()
     run = world.ended(cron, shell.pid)
     assert (run["status"], run["error_code"], run["attempt"]["exit_code"]) == ("cancelled", "cancelled_by_user", 143)
 
@@ -290,20 +297,10 @@ def test_a_stop_2x_made_without_the_bridge_ends_as_stopped_in_legacy(world: Stop
 
 
 def test_a_plain_kill_of_a_real_shell_with_no_stop_stays_failed(world: StopWorld) -> None:
-    cron, begin = new_cron(world), int(time.time())
-    shell = subprocess.Popen(["bash", str(TRAP_SHELL), world.url, world.data.system_token, str(cron), str(begin),
-                              "k/shell.log", "30"], start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while shell.pid not in world.runs(cron) and time.monotonic() < deadline:
-            time.sleep(0.05)
+    cron = new_cron(world)
+    with trap_shell(world, cron, "k/shell.log") as shell:
         os.killpg(shell.pid, signal.SIGTERM)  # `kill -TERM` of the shell and its command, no stop anywhere
         assert shell.wait(10) == 1
-    finally:
-        if shell.poll() is None:
-            os.killpg(shell.pid, signal.SIGKILL)
-            shell.wait()
     run = world.ended(cron, shell.pid)
     assert (run["status"], run["error_code"], run["attempt"]["exit_code"]) == ("failed", "process_exit_error", 143)
     (row,) = world.data.instance_rows(cron)
