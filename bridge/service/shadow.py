@@ -23,6 +23,7 @@ from bridge.domain.aggregate import RunChange
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import STOP_CODES, Actor, ActorType, ErrorCode, EventType
 from bridge.domain.keys import execution_key
+from bridge.domain.ladder import bring_attempt_to_running, bring_run_to_running, open_to_running
 from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.ports import (
     ActiveCandidate,
@@ -365,17 +366,11 @@ def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *
     )
     mark = _SYNTH if synthesized else {}
     change = tx.create(run, actor=SHELL, payload={"origin": ctx.origin, "evidence": ctx.evidence, **mark})
-    change.move_run(RunStatus.QUEUED, payload=mark)
-    change.move_run(RunStatus.DISPATCHING, payload=mark)
-    attempt = change.add_attempt(RunAttempt(
+    attempt = open_to_running(change, RunAttempt(
         id=tx.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED, executor_type="legacy_shell",
         callback_sequence=0, created_at_ms=tx.at_ms, pid=facts.pid, log_artifact_id=facts.log_ref,
         executor_handle=None if synthesized else ctx.executor_handle, synthesized=synthesized,
-        legacy_log_path=facts.log_path if ctx.owner == Owner.BRIDGE.value else None),
-        payload={"pid": facts.pid, "log_ref": facts.log_ref, **mark})
-    attempt = change.move_attempt(attempt, AttemptStatus.STARTING, payload=mark)
-    change.move_attempt(attempt, AttemptStatus.RUNNING, payload=mark, started_at_ms=started)
-    change.move_run(RunStatus.RUNNING, payload=mark, started_at_ms=started)
+        legacy_log_path=facts.log_path if ctx.owner == Owner.BRIDGE.value else None), started_at_ms=started)
     if ctx.snapshot is not None:
         tx.store.put_task_snapshot(ctx.snapshot)
     committed = tx.commit(change).run
@@ -405,11 +400,11 @@ def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts,
         payload["cancel_reason"] = stop.value
         _request_cancel(change, stop, (verdict.requested_at_ms if verdict else None) or facts.received_at_ms,
                         payload)
-    attempt = _bring_attempt_to_running(change, attempt)
+    attempt = bring_attempt_to_running(change, attempt, payload=_SYNTH)
     to_attempt = AttemptStatus.CANCELLED if stop else AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED
     change.move_attempt(attempt, to_attempt, payload=payload, exit_code=facts.exit_code,
                         finished_at_ms=facts.received_at_ms, **error)
-    _bring_run_to_running(change)
+    bring_run_to_running(change, payload=_SYNTH)
     to_run = RunStatus.CANCELLED if stop else RunStatus.FAILED if failed else RunStatus.SUCCEEDED
     change.move_run(to_run, payload=payload, duration_ms=facts.duration_ms, finished_at_ms=facts.received_at_ms,
                     **error)
@@ -458,22 +453,6 @@ def _project(tx: RunTransaction, run: Run, attempt_id: str | None, event: str) -
     """Primary mode: 2.x's columns follow the change, through an outbox row in the same transaction."""
     if run.owner == Owner.BRIDGE.value and run.legacy_cron_id is not None:
         tx.store.enqueue_projection(run.legacy_cron_id, run.id, attempt_id, event, tx.at_ms)
-
-
-def _bring_attempt_to_running(change: RunChange, attempt: RunAttempt) -> RunAttempt:
-    for step in (AttemptStatus.STARTING, AttemptStatus.RUNNING):
-        if attempt.status is AttemptStatus.CLAIMED or (step is AttemptStatus.RUNNING
-                                                        and attempt.status is AttemptStatus.STARTING):
-            attempt = change.move_attempt(attempt, step, payload=_SYNTH)
-    return attempt
-
-
-def _bring_run_to_running(change: RunChange) -> None:
-    path = {RunStatus.CREATED: (RunStatus.QUEUED, RunStatus.DISPATCHING, RunStatus.RUNNING),
-            RunStatus.QUEUED: (RunStatus.DISPATCHING, RunStatus.RUNNING),
-            RunStatus.DISPATCHING: (RunStatus.RUNNING,)}
-    for step in path.get(change.run.status, ()):
-        change.move_run(step, payload=_SYNTH)
 
 
 def _exit(facts: CallbackFacts) -> dict[str, object]:
