@@ -36,6 +36,18 @@ def invalid_diffs(world: World) -> list[dict[str, str]]:
     return [json.loads(m["diff"]) for m in world.store.open_mismatches(INVALID)]
 
 
+def diffs_after_writing(world: World, table: str, cron_column: str, column: str, value: object,
+                        pid: int) -> list[dict[str, str]]:
+    """A shadowed execution, then ``value`` written into its cron's row of 2.x's ``table``, then a pass that must
+    end "ok": the open invalid-value diffs it left."""
+    c = cron(world)
+    world.via_bridge(start(c, pid, f"{pid}.log"))
+    world.via_bridge(end(c, pid, f"{pid}.log"))
+    world.legacy(f"UPDATE {table} SET {column} = ? WHERE {cron_column} = ?", (value, c))
+    world.reconcile()  # asserts the pass ended "ok"
+    return invalid_diffs(world)
+
+
 def test_a_start_time_no_clock_reaches_is_an_invalid_value_and_the_pass_goes_on(world: World) -> None:
     c, other = cron(world), cron(world)
     world.via_bridge(render_status_body(c, 0, 41, "big.log", JS_MAX_SAFE))  # 2.x accepts it and stores it
@@ -104,12 +116,8 @@ RUNNING_INSTANCE_VALUES = [
                          ids=[case_id(c, v) for c, v, _ in RUNNING_INSTANCE_VALUES])
 def test_a_pass_survives_any_value_in_a_running_instance(world: World, column: str, value: object,
                                                          defect: str | None) -> None:
-    c = cron(world)
-    world.via_bridge(start(c, 44, "v.log"))
-    world.via_bridge(end(c, 44, "v.log"))
-    world.legacy(f"UPDATE RunningInstances SET {column} = ? WHERE cron_id = ?", (value, c))
-    world.reconcile()  # asserts the pass ended "ok"
-    assert invalid_diffs(world) == ([{f"RunningInstances.{column}": defect}] if defect else [])
+    assert diffs_after_writing(world, "RunningInstances", "cron_id", column, value, pid=44) == (
+        [{f"RunningInstances.{column}": defect}] if defect else [])
 
 
 CRONTAB_VALUES = [
@@ -131,12 +139,8 @@ CRONTAB_VALUES = [
                          ids=[case_id(c, v) for c, v, _ in CRONTAB_VALUES])
 def test_a_pass_survives_any_value_in_a_crontabs_row(world: World, column: str, value: object,
                                                      defect: str | None) -> None:
-    c = cron(world)
-    world.via_bridge(start(c, 45, "w.log"))
-    world.via_bridge(end(c, 45, "w.log"))
-    world.legacy(f"UPDATE Crontabs SET {column} = ? WHERE id = ?", (value, c))
-    world.reconcile()
-    assert invalid_diffs(world) == ([{f"Crontabs.{column}": defect}] if defect else [])
+    assert diffs_after_writing(world, "Crontabs", "id", column, value, pid=45) == (
+        [{f"Crontabs.{column}": defect}] if defect else [])
 
 
 def test_one_id_sent_501_times_is_one_execution_counted_across_two_batches(world: World) -> None:
