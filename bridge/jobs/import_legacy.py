@@ -51,6 +51,7 @@ from bridge.domain.aggregate import ChangeSet, RunChange
 from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
 from bridge.domain.events import Actor, ActorType, ErrorCode, RunEvent, encode_payload
 from bridge.domain.keys import import_key
+from bridge.domain.ladder import open_to_running
 from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
@@ -684,7 +685,8 @@ def _snapshot(cron: LegacyCron, revision: str, at_ms: int) -> TaskSnapshot:
 
 
 def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: _Ended) -> tuple[ChangeSet, RunStatus]:
-    """A terminal Run + Attempt 1 through every legal step, each marked synthesized, and the status reached."""
+    """A terminal Run + Attempt 1 up the opening ladder and on to the end, each step marked synthesized, and the
+    status reached."""
     instance, started, finished = plan.instance, plan.started_ms, plan.finished_ms
     cron_id = instance.cron_id or 0
     error_code = ended.error_code
@@ -699,15 +701,7 @@ def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: _Ended) ->
         mode=IMPORTED_MODE, owner=Owner.LEGACY.value, legacy_pid=instance.pid, log_ref=plan.log_ref, synthesized=True,
     )
     change = build.create(run, {"evidence": IMPORTED_MODE, "legacy_status": instance.status, **_SYNTH})
-    change.move_run(RunStatus.QUEUED, payload=_SYNTH, queued_at_ms=created)
-    change.move_run(RunStatus.DISPATCHING, payload=_SYNTH)
-    attempt = change.add_attempt(RunAttempt(
-        id=build.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED, executor_type="legacy_shell",
-        callback_sequence=0, created_at_ms=created, pid=instance.pid, log_artifact_id=plan.log_ref,
-        synthesized=True), payload={"pid": instance.pid, "log_ref": plan.log_ref, **_SYNTH})
-    attempt = change.move_attempt(attempt, AttemptStatus.STARTING, payload=_SYNTH)
-    attempt = change.move_attempt(attempt, AttemptStatus.RUNNING, payload=_SYNTH, started_at_ms=started)
-    change.move_run(RunStatus.RUNNING, payload=_SYNTH, started_at_ms=started)
+    attempt = open_to_running(change, _attempt_1(build, run, created, plan), started_at_ms=started)
     end: dict[str, Any] = {k: v for k, v in (("exit_code", plan.exit_code), ("finished_at_ms", finished),
                                              ("duration_ms", duration), ("error_code", error_code)) if v is not None}
     errors = {"error_code": error_code} if error_code else {}
@@ -720,8 +714,8 @@ def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: _Ended) ->
 
 def _open_shadow(build: _Builder, plan: _Plan, revision: str, decision: OriginDecision) -> ChangeSet:
     """A still-running instance as the shadow path opens one (bridge/service/shadow.py ``_open_run`` with a
-    synthesized start): same key, owner legacy, mode shadow, Run and Attempt 1 running, so the shell's end
-    callback closes it through ShadowRecorder.record_end."""
+    synthesized start, up the same ladder): same key, owner legacy, mode shadow, Run and Attempt 1 running, so
+    the shell's end callback closes it through ShadowRecorder.record_end."""
     instance, facts = plan.instance, plan.facts
     started = plan.started_ms if plan.started_ms is not None else build.at_ms
     evidence = f"{IMPORTED_MODE}:{decision.evidence}"
@@ -734,16 +728,15 @@ def _open_shadow(build: _Builder, plan: _Plan, revision: str, decision: OriginDe
     )
     change = build.create(run, {"origin": decision.origin, "evidence": evidence, "legacy_status": instance.status,
                                 **_SYNTH})
-    change.move_run(RunStatus.QUEUED, payload=_SYNTH, queued_at_ms=started)
-    change.move_run(RunStatus.DISPATCHING, payload=_SYNTH)
-    attempt = change.add_attempt(RunAttempt(
-        id=build.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED, executor_type="legacy_shell",
-        callback_sequence=0, created_at_ms=started, pid=instance.pid, log_artifact_id=plan.log_ref,
-        synthesized=True), payload={"pid": instance.pid, "log_ref": plan.log_ref, **_SYNTH})
-    attempt = change.move_attempt(attempt, AttemptStatus.STARTING, payload=_SYNTH)
-    change.move_attempt(attempt, AttemptStatus.RUNNING, payload=_SYNTH, started_at_ms=started)
-    change.move_run(RunStatus.RUNNING, payload=_SYNTH, started_at_ms=started)
+    open_to_running(change, _attempt_1(build, run, started, plan), started_at_ms=started)
     return change.result()
+
+
+def _attempt_1(build: _Builder, run: Run, created_at_ms: int, plan: _Plan) -> RunAttempt:
+    """The instance's Attempt 1, claimed (the ladder takes it up), synthesized like every imported step."""
+    return RunAttempt(id=build.new_id(), run_id=run.id, attempt=1, status=AttemptStatus.CLAIMED,
+                      executor_type="legacy_shell", callback_sequence=0, created_at_ms=created_at_ms,
+                      pid=plan.instance.pid, log_artifact_id=plan.log_ref, synthesized=True)
 
 
 __all__ = [
