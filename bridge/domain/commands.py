@@ -222,8 +222,8 @@ def move_attempt(change: RunChange, attempt: RunAttempt | None, cmd: TransitionA
     payload = {} if cmd.exit_code is None else {"exit_code": cmd.exit_code}
     moved = change.move_attempt(attempt, cmd.to, payload=payload, **fields)
     if cmd.run_to is not None:
-        change.move_run(run_target_after(moved.status, cmd.run_to),
-                        **({"error_code": moved.error_code} if moved.error_code else {}))
+        error: dict[str, Any] = {"error_code": moved.error_code} if moved.error_code else {}
+        change.move_run(run_target_after(moved.status, cmd.run_to), **error)
     return moved
 
 
