@@ -13,6 +13,7 @@ import logging
 from sqlalchemy import Engine
 
 from bridge.domain.errors import BridgeError
+from bridge.service.reconcile import PassHistory
 from bridge.storage.outbox import SqlOutbox
 from bridge.storage.reconcile_queries import ReconcileStore
 
@@ -28,8 +29,8 @@ def prune_bookkeeping(engine: Engine, now_ms: int, *, retention_ms: int = RETENT
                       max_batches: int = MAX_BATCHES) -> dict[str, int]:
     """Delete applied outbox rows and reconcile passes older than ``retention_ms``; returns rows deleted."""
     before = now_ms - retention_ms
-    steps = {"projection_outbox": SqlOutbox(engine).prune_applied,
-             "reconcile_passes": ReconcileStore(engine).prune_passes}
+    passes: PassHistory = ReconcileStore(engine)
+    steps = {"projection_outbox": SqlOutbox(engine).prune_applied, "reconcile_passes": passes.prune_passes}
     removed = {name: 0 for name in steps}
     for name, prune in steps.items():
         for _ in range(max_batches):

@@ -23,7 +23,7 @@ from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.jobs.stop_decisions import StopDecisions, instance_of, legacy_stop_code
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService, RunTransaction
-from bridge.service.shadow import ShadowRecorder
+from bridge.service.shadow import PendingEndStore, ShadowRecorder
 from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import ReconcileStore, active_legacy_runs
 from legacy_adapters.errors import LegacyDatabaseError
@@ -48,6 +48,8 @@ def recover_on_startup(store: ReconcileStore, runs: RunService, reader: LegacyRe
 
     Never raises for 2.x's database: Runs it cannot read for are counted as ``deferred:<state>`` (the
     DatabaseState code) and left untouched, so calling it again once 2.x's database reads settles them.
+    ``store`` is the storage class itself, not the bridge.service.reconcile port: recovery pages through
+    storage's ``active_legacy_runs`` and reads the kept ends through its engine, and uses none of the port.
     """
     probe = probe or ProcProbe()
     pending = SqlPendingEnds(store.engine)
@@ -84,7 +86,7 @@ def _state(reader: LegacyReader, exc: LegacyDatabaseError | sqlite3.Error) -> st
     return exc.reason if isinstance(exc, LegacyDatabaseError) else str(reader.state_of(exc))
 
 
-def _decide_kept_ends(runs: RunService, reader: LegacyReader, pending: SqlPendingEnds) -> Counter[str]:
+def _decide_kept_ends(runs: RunService, reader: LegacyReader, pending: PendingEndStore) -> Counter[str]:
     """Every kept end whose window is over (a restart during the window included), decided from 2.x's rows."""
     decisions = StopDecisions(ShadowRecorder(runs), reader, pending, SystemClock())
     total: Counter[str] = Counter()

@@ -1,8 +1,8 @@
 """`bridge report`: 2.x's RunningInstances set against the shadow Runs, per execution origin, over a window.
 
 Composition-level, like ``bridge/callbacks/interception.py``: 2.x is read through LegacyReader in keyset batches, the
-bridge store through ReportQueries, and the pure ``projections.gates`` / ``projections.report`` turn the
-figures into the versioned JSON document and ``projections.report_html`` into the page.
+bridge store through the ReportReads port (bridge.service.reports), and the pure ``projections.gates`` /
+``projections.report`` turn the figures into the versioned JSON document and ``projections.report_html`` into the page.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from bridge.config import ConfigError, Settings, local_zone_name
 from bridge.domain.errors import BridgeError
 from bridge.domain.keys import execution_key, import_key
 from bridge.domain.model import IMPORTED_MODE, Origin
+from bridge.service.reports import ReportArchive, ReportReads
 from bridge.storage.engine import make_engine
 from bridge.storage.report_queries import CALLBACK_KINDS, ReportQueries
 from legacy_adapters.callbacks import log_path_digest
@@ -108,7 +109,7 @@ def build_report(settings: Settings, engine: Engine, reader: LegacyReader, *, si
     """The cutover-report document for ``origins`` (None: all) over [since_ms, until_ms]."""
     thresholds = thresholds or GateThresholds()
     window = Window(since_ms, until_ms, settings.legacy_tz or local_zone_name())  # 2.x's zone, for its schedules too
-    queries = ReportQueries(engine)
+    queries: ReportReads = ReportQueries(engine)
     tally, notes = _Tally(), list[str]()
     pending = _load_unattributed(queries, window, notes)
     scan = _Scan(reader, queries, tally, pending, settings, window, batch_size)
@@ -158,7 +159,7 @@ def _projection_notes(engine: Engine) -> list[str]:
 class _Scan:
     """Streams RunningInstances in id order, looks up each batch's Runs in one query, and tallies them."""
 
-    def __init__(self, reader: LegacyReader, queries: ReportQueries, tally: _Tally,
+    def __init__(self, reader: LegacyReader, queries: ReportReads, tally: _Tally,
                  pending: dict[tuple[int | None, Any, Any], list[str]], settings: Settings, window: Window,
                  batch_size: int) -> None:
         self.reader, self.queries, self.tally, self.pending = reader, queries, tally, pending
@@ -278,7 +279,7 @@ def _count_callback(figures: OriginFigures, kind: str, n: int = 1) -> None:
         figures.unmatched_callbacks += n
 
 
-def _load_unattributed(queries: ReportQueries, window: Window,
+def _load_unattributed(queries: ReportReads, window: Window,
                        notes: list[str]) -> dict[tuple[int | None, Any, Any], list[str]]:
     """Callback mismatches without an origin, keyed by (cron, pid, log digest) from their diff."""
     pending: dict[tuple[int | None, Any, Any], list[str]] = {}
@@ -306,7 +307,7 @@ def _attribute_leftovers(pending: dict[tuple[int | None, Any, Any], list[str]], 
             _count_callback(tally.fig(target), kind)
 
 
-def _store_figures(queries: ReportQueries, tally: _Tally, window: Window, thresholds: GateThresholds) -> None:
+def _store_figures(queries: ReportReads, tally: _Tally, window: Window, thresholds: GateThresholds) -> None:
     """What only the bridge store knows: open mismatches, stale ones, callbacks with an origin, runs, failures."""
     for (origin, kind), n in queries.callback_counts(window.start_ms, window.end_ms).items():
         if origin is not None:  # those without one were attributed during the scan
@@ -453,7 +454,8 @@ def run_report(settings: Settings, *, since: str | None = None, origin: str | No
     console = console or Console(stderr=True)
     try:
         report = _build_with_progress(settings, engine, reader, since_ms, now, origin, thresholds, console)
-        ReportQueries(engine).save_report(to_json(report), (since_ms, now), created_at_ms=now)
+        archive: ReportArchive = ReportQueries(engine)
+        archive.save_report(to_json(report), (since_ms, now), created_at_ms=now)
     except sqlite3.Error as exc:  # 2.x's database went away or stayed locked mid-scan
         raise LegacyDatabaseError(str(reader.path), "unreadable", type(exc).__name__) from exc
     finally:

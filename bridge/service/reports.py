@@ -1,0 +1,66 @@
+"""The cutover report's ports on the bridge store (implemented by bridge.storage.report_queries.ReportQueries): the
+bounded reads a report is built from, and the archive of the reports built.
+
+Errors: each call is its own short transaction; a failure of the store raises StoreBusyError,
+StoreUnavailableError or StorageError (the driver's error translated, nothing half-written).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class ReportReads(Protocol):
+    """Read-only figures behind ``bridge report``: grouped counts, key batches and keyset pages, never a whole
+    table."""
+
+    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Shadow Runs for a batch of idempotency keys, by key (with their latest Attempt's exit code).
+        Raises ValueError for a batch larger than one lookup takes (report_queries.MAX_KEYS)."""
+        ...
+
+    def runs_created_by_origin(self, since_ms: int, until_ms: int) -> dict[str | None, int]:
+        """Runs created in the window per origin, imported history left out."""
+        ...
+
+    def open_mismatch_counts(self) -> dict[tuple[str | None, str], int]:
+        """Open mismatches per (origin, kind)."""
+        ...
+
+    def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` open mismatches of one (origin, kind), newest first."""
+        ...
+
+    def stale_mismatch_counts(self, kinds: Sequence[str], before_ms: int) -> dict[str | None, int]:
+        """Open mismatches of ``kinds`` first seen before ``before_ms``, per origin."""
+        ...
+
+    def callback_counts(self, since_ms: int, until_ms: int) -> dict[tuple[str | None, str], int]:
+        """Unmatched / ambiguous callbacks first seen in the window, per (origin, kind)."""
+        ...
+
+    def unattributed_callbacks(self, since_ms: int, until_ms: int, after_id: int, limit: int) -> list[dict[str, Any]]:
+        """One keyset page (by id) of the window's callback mismatches that carry no origin."""
+        ...
+
+    def mismatch_timeline(self, since_ms: int, until_ms: int,
+                          origins: Sequence[str | None] | None = None) -> list[tuple[int, str, int]]:
+        """(UTC day number, kind, mismatches opened) in the window; ``origins`` limits it (None: no origin)."""
+        ...
+
+    def shadow_write_failures(self, since_ms: int, until_ms: int) -> dict[str | None, int]:
+        """Failed shadow writes recorded on Runs in the window, per origin."""
+        ...
+
+    def origin_modes(self) -> dict[str, str]:
+        """The stored mode flag per origin (origins without one are absent)."""
+        ...
+
+
+class ReportArchive(Protocol):
+    """The reports built, kept in the bridge store (the cutover gates read the latest)."""
+
+    def save_report(self, body_json: str, window: tuple[int, int], *, created_at_ms: int) -> int:
+        """Store a report body for its (since, until) window; returns its id."""
+        ...
