@@ -1,12 +1,13 @@
 """A 2.x double with its files, a shadow store and the real interceptor in-process: the world of the tests of
-2.x's database in a bad state and of startup recovery."""
+2.x's database in a bad state and of startup recovery, and the part of it the reconciler's world shares."""
 
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,19 +36,19 @@ BEGIN = NOW - 3600 - NOW % 3600 + 1  # matches "0 * * * *"
 
 
 @dataclass
-class World:
+class Bridged:
+    """2.x (the double's files, over HTTP), the shadow store and the real interceptor in-process: a callback sent
+    through the bridge, one sent around it, and what the store made of them."""
+
     data: LegacyDataDir
     runs: RunService
     store: ReconcileStore
-    metrics: BridgeMetrics
     interceptor: ShadowInterceptor
     http: httpx.Client
 
-    def via_bridge(self, body: bytes) -> int:
-        prepared = self.interceptor.before_forward("/open/crons/status", body)
-        status = self.http.put("/open/crons/status", content=body,
-                               headers={"Authorization": f"Bearer {self.data.system_token}",
-                                        "Content-Type": "application/json"}).status_code
+    def via_bridge(self, body: bytes, path: str = "/open/crons/status") -> int:
+        prepared = self.interceptor.before_forward(path, body)
+        status = self.direct(body, path)
         self.interceptor.after_forward(prepared, status)
         return status
 
@@ -66,12 +67,17 @@ class World:
         return next(iter(found.values()), None)
 
     def run(self, cron_id: int, pid: int, log: str) -> tuple[str, bool] | None:
-        found = self.store.runs_by_keys([f"legacy:{cron_id}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}"])
-        if not found:
+        """The Run's status and whether it was synthesized, or None when there is no Run."""
+        row = self.run_row(cron_id, pid, log)
+        if row is None:
             return None
-        (row,) = found.values()
         run = self.runs.get_run(row["id"])
         return run.status.value, run.synthesized
+
+
+@dataclass
+class World(Bridged):
+    metrics: BridgeMetrics
 
     def unavailable(self, state: str, use: str = "shadow") -> float:
         return self.metrics.value("ql_bridge_legacy_database_unavailable_total", state=state, use=use)
@@ -90,8 +96,21 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
                                     budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
                                     stops=StopDecisions(recorder, reader, None, SystemClock()))
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield World(data, runs, ReconcileStore(sql_backend.engine), metrics, interceptor, http)
+        yield World(data=data, runs=runs, store=ReconcileStore(sql_backend.engine), interceptor=interceptor,
+                    http=http, metrics=metrics)
     interceptor.close()
+
+
+@contextmanager
+def live_shell() -> Iterator[subprocess.Popen[bytes]]:
+    """A task shell still at work (bash running a 60 s sleep), killed and reaped when the block ends."""
+    shell = subprocess.Popen(["bash", "-c", "sleep 60; true"])
+    try:
+        time.sleep(0.2)  # past its exec: the process a callback names is bash, as in a real task shell
+        yield shell
+    finally:
+        shell.kill()
+        shell.wait()
 
 
 def start(cron_id: int, pid: int, log: str, begin: int = BEGIN) -> bytes:

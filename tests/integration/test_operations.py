@@ -23,9 +23,7 @@ from bridge.storage.reconcile_queries import ReconcileStore
 from legacy_adapters.callbacks import log_path_digest, render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
-
-NOW = int(time.time())
-BEGIN = NOW - 3600 - NOW % 3600 + 1  # matches "0 * * * *": a scheduled_system run
+from tests.integration.legacy_world import BEGIN, live_shell  # BEGIN matches "0 * * * *": scheduled_system
 
 
 @dataclass
@@ -115,9 +113,7 @@ def test_bad_flag_commands_answer_one_line_and_change_nothing(site: tuple[Site, 
 def test_a_crashed_bridge_checks_every_unfinished_run_on_restart(site: tuple[Site, Legacy2xDouble]) -> None:
     s, double = site
     cron = s.data.add_cron("hourly", "task h.sh", "0 * * * *")
-    shell = subprocess.Popen(["bash", "-c", "sleep 60; true"])
-    try:
-        time.sleep(0.2)
+    with live_shell() as shell:
         with bridge_process(s.env, s.url) as proc:
             s.status(render_status_body(cron, 0, shell.pid, "alive.log", BEGIN))
             s.status(render_status_body(cron, 0, 4_000_001, "unprovable.log", BEGIN))
@@ -128,9 +124,6 @@ def test_a_crashed_bridge_checks_every_unfinished_run_on_restart(site: tuple[Sit
         with bridge_process(s.env, s.url):
             alive, unprovable, ended = (s.run(cron, shell.pid, "alive.log"), s.run(cron, 4_000_001, "unprovable.log"),
                                         s.run(cron, 202, "ended.log"))
-    finally:
-        shell.kill()
-        shell.wait()
     assert alive is not None and alive["status"] == "running"
     assert unprovable is not None and unprovable["status"] == "lost"
     assert ended is not None and ended["status"] == "succeeded"

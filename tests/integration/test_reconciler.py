@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,41 +27,18 @@ from bridge.storage.reconcile_queries import ReconcileStore
 from bridge.storage.schema import mismatches_table, run_attempts_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
 from legacy_adapters.reader import LegacyReader
-from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
-
-NOW = int(time.time())
-BEGIN = NOW - 3600 - NOW % 3600 + 1  # one second after a whole hour, an hour ago: matches "0 * * * *"
+from tests.integration.legacy_world import BEGIN, NOW, Bridged, end, live_shell, start
 
 
 @dataclass
-class World:
-    """2.x (the double and its files), the shadow store, and a mini bridge: the real interceptor in-process."""
+class World(Bridged):
+    """The bridged 2.x and shadow store of legacy_world, with the double itself and a reconciler over both."""
 
-    data: LegacyDataDir
     double: Legacy2xDouble
-    runs: RunService
-    interceptor: ShadowInterceptor
     reconciler: Reconciler
-    store: ReconcileStore
-    http: httpx.Client
-
-    def via_bridge(self, body: bytes, path: str = "/open/crons/status") -> int:
-        prepared = self.interceptor.before_forward(path, body)
-        status = self.direct(body, path)
-        self.interceptor.after_forward(prepared, status)
-        return status
-
-    def direct(self, body: bytes, path: str = "/open/crons/status") -> int:
-        return self.http.put(path, content=body, headers={"Authorization": f"Bearer {self.data.system_token}",
-                                                          "Content-Type": "application/json"}).status_code
-
-    def legacy(self, sql: str, params: tuple[object, ...] = ()) -> None:
-        conn = sqlite3.connect(self.data.database_path)
-        with conn:
-            conn.execute(sql, params)
-        conn.close()
 
     def all_mismatches(self) -> list[dict[str, object]]:
         with self.store.read() as conn:
@@ -93,20 +67,13 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
     reconciler = Reconciler(store, runs, reader, modes, BridgeMetrics(), SystemClock(), scheduler_mode="system",
                             tz=ZoneInfo("UTC"), settings=ReconcileSettings(grace_s=0, tolerance_s=2))
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield World(data, double, runs, interceptor, reconciler, store, http)
+        yield World(data=data, runs=runs, store=store, interceptor=interceptor, http=http, double=double,
+                    reconciler=reconciler)
     interceptor.close()
 
 
 def cron(world: World, schedule: str = "0 * * * *") -> int:
     return world.data.add_cron(f"c{time.monotonic_ns()}", "task job.sh", schedule)
-
-
-def start(cron_id: int, pid: int, log: str, begin: int = BEGIN) -> bytes:
-    return render_status_body(cron_id, 0, pid, log, begin)
-
-
-def end(cron_id: int, pid: int, log: str, exit_code: int | None = 0, begin: int = BEGIN) -> bytes:
-    return render_status_body(cron_id, 1, pid, log, begin, 3, exit_code)
 
 
 def test_a_faithful_shadow_has_no_mismatch(world: World) -> None:
@@ -178,14 +145,9 @@ def test_a_start_time_beyond_the_tolerance_is_found(world: World, sql_backend: B
 
 def test_a_stuck_run_is_found_when_its_shell_is_provably_gone(world: World) -> None:
     c = cron(world)
-    shell = subprocess.Popen(["bash", "-c", "sleep 60; true"])
-    try:
-        time.sleep(0.2)
+    with live_shell() as shell:
         world.via_bridge(start(c, shell.pid, "k.log"))
         assert world.reconcile() == []  # alive, and 2.x agrees it is running
-    finally:
-        os.kill(shell.pid, signal.SIGKILL)
-        shell.wait()
     assert world.reconcile() == [("stuck", c)]  # the script called exit: no end callback will come
     world.via_bridge(end(c, shell.pid, "k.log", 137))
     assert world.reconcile() == []
@@ -196,8 +158,8 @@ def test_an_instance_2x_stopped_cancels_the_shadow_run(world: World) -> None:
     world.via_bridge(start(c, 17, "x.log"))
     world.direct(f"[{c}]".encode(), "/open/crons/stop")  # the stop went around the bridge
     assert world.reconcile() == []
-    (run,) = world.store.runs_by_keys([f"legacy:{c}:17:{log_path_digest('x.log')}:{BEGIN * 1000}"]).values()
-    assert run["status"] == "cancelled" and run["cancel_requested_at_ms"] is not None
+    run = world.run_row(c, 17, "x.log")
+    assert run is not None and run["status"] == "cancelled" and run["cancel_requested_at_ms"] is not None
 
 
 def test_2x_left_running_by_its_log_path_rule_is_an_active_state_mismatch(world: World) -> None:
@@ -275,7 +237,8 @@ def recover(world: World) -> dict[str, int]:
 
 
 def status_of(world: World, c: int, pid: int, log: str) -> tuple[str, str]:
-    (run,) = world.store.runs_by_keys([f"legacy:{c}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}"]).values()
+    run = world.run_row(c, pid, log)
+    assert run is not None
     return run["status"], run["attempt_status"]
 
 
@@ -290,15 +253,10 @@ def test_startup_completes_a_run_2x_saw_finish_while_the_bridge_was_down(world: 
 
 def test_startup_keeps_a_provably_running_shell_running(world: World) -> None:
     c = cron(world)
-    shell = subprocess.Popen(["bash", "-c", "sleep 60; true"])
-    try:
-        time.sleep(0.2)
+    with live_shell() as shell:
         world.via_bridge(start(c, shell.pid, "alive.log"))
         assert recover(world) == {"running": 1}
         assert status_of(world, c, shell.pid, "alive.log") == ("running", "running")
-    finally:
-        shell.kill()
-        shell.wait()
     assert recover(world) == {"lost:process_gone": 1}
     assert status_of(world, c, shell.pid, "alive.log") == ("lost", "lost")
 
@@ -358,19 +316,11 @@ def test_a_start_whose_crontabs_row_2x_kept_locked_is_counted_as_such_and_back_f
     assert failed("legacy_unreadable") == 1.0
     assert (metrics.registry.get_sample_value("ql_bridge_shadow_callback_unmatched_total",
                                               {"origin": "other", "kind": "unmatched"}) or 0.0) == 0.0
-    assert status_of_key(world, c, 31, "u.log") is None  # nothing guessed at the start
+    assert world.run(c, 31, "u.log") is None  # nothing guessed at the start
 
     prepared = interceptor.before_forward("/open/crons/status", end(c, 31, "u.log"))
     interceptor.after_forward(prepared, world.direct(end(c, 31, "u.log")))
     interceptor.close()
-    assert status_of_key(world, c, 31, "u.log") == ("succeeded", True)  # back-filled, marked synthesized
+    assert world.run(c, 31, "u.log") == ("succeeded", True)  # back-filled, marked synthesized
     assert world.reconcile() == []
 
-
-def status_of_key(world: World, c: int, pid: int, log: str) -> tuple[str, bool] | None:
-    found = world.store.runs_by_keys([f"legacy:{c}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}"])
-    if not found:
-        return None
-    (row,) = found.values()
-    run = world.runs.get_run(row["id"])
-    return run.status.value, run.synthesized

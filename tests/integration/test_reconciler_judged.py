@@ -12,7 +12,8 @@ from bridge.jobs.reconcile import ReconcileSettings
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.schema import mismatches_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
-from tests.integration.test_reconciler import BEGIN, World, cron, end, start
+from tests.integration.legacy_world import BEGIN, end, start
+from tests.integration.test_reconciler import World, cron
 from tests.integration.test_reconciler import world as world_of_test_reconciler
 
 world = world_of_test_reconciler  # the same 2.x double, shadow store and reconciler, on each store backend

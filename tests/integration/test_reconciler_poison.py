@@ -17,7 +17,8 @@ from bridge.storage.schema import reconcile_seen_table
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.errors import LegacyTimeError
 from tests.conftest import Backend
-from tests.integration.test_reconciler import BEGIN, NOW, World, cron, end, start
+from tests.integration.legacy_world import BEGIN, NOW, end, start
+from tests.integration.test_reconciler import World, cron
 from tests.integration.test_reconciler import world as world_of_test_reconciler
 
 world = world_of_test_reconciler  # the same 2.x double, shadow store and reconciler, on each store backend

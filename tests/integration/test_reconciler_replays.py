@@ -8,8 +8,8 @@ import json
 import time
 
 from bridge.jobs.reconcile import ReconcileSettings
-from legacy_adapters.callbacks import log_path_digest
-from tests.integration.test_reconciler import BEGIN, World, cron, end, start
+from tests.integration.legacy_world import end, start
+from tests.integration.test_reconciler import World, cron
 from tests.integration.test_reconciler import world as world_of_test_reconciler
 
 world = world_of_test_reconciler  # the same 2.x double, shadow store and reconciler, on each store backend
@@ -22,8 +22,18 @@ def later(world: World, seconds: int) -> None:
     world.double._clock = lambda: time.time() + seconds  # noqa: SLF001 - 2.x's clock is the double's
 
 
+def replayed(world: World, c: int, pid: int, log: str, seconds: int = 600) -> None:
+    """One execution's start and end through the bridge, then the same two callbacks again ``seconds`` on."""
+    world.via_bridge(start(c, pid, log))
+    world.via_bridge(end(c, pid, log))
+    later(world, seconds)
+    world.via_bridge(start(c, pid, log))
+    world.via_bridge(end(c, pid, log))
+
+
 def run_id(world: World, c: int, pid: int, log: str) -> str:
-    (run,) = world.store.runs_by_keys([f"legacy:{c}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}"]).values()
+    run = world.run_row(c, pid, log)
+    assert run is not None
     return str(run["id"])
 
 
@@ -34,11 +44,7 @@ def replayed_diff(world: World) -> dict[str, object]:
 
 def test_a_replayed_start_and_end_are_one_execution_recorded_twice_not_a_finish_time(world: World) -> None:
     c = cron(world)
-    world.via_bridge(start(c, 71, "r.log"))
-    world.via_bridge(end(c, 71, "r.log"))
-    later(world, 600)
-    world.via_bridge(start(c, 71, "r.log"))  # the same two callbacks again, ten minutes on
-    world.via_bridge(end(c, 71, "r.log"))
+    replayed(world, c, 71, "r.log")
     first, again = world.data.instance_rows(c)
     assert again["finished_at"] - first["finished_at"] >= 600  # 2.x's own finish time for the replay
     assert world.reconcile() == [(REPLAYED, c)]
@@ -79,11 +85,7 @@ def test_a_replay_much_later_is_found_in_another_batch(world: World) -> None:
 
 def test_an_execution_recorded_twice_closes_once_2x_holds_one_row(world: World) -> None:
     c = cron(world)
-    world.via_bridge(start(c, 74, "c.log"))
-    world.via_bridge(end(c, 74, "c.log"))
-    later(world, 600)
-    world.via_bridge(start(c, 74, "c.log"))
-    world.via_bridge(end(c, 74, "c.log"))
+    replayed(world, c, 74, "c.log")
     assert world.reconcile() == [(REPLAYED, c)]
     _, again = world.data.instance_rows(c)
     world.legacy("DELETE FROM RunningInstances WHERE id = ?", (again["id"],))
@@ -103,11 +105,7 @@ def test_a_replay_inside_the_grace_window_is_not_judged(world: World) -> None:
 def test_a_row_matched_in_an_earlier_batch_is_counted_when_it_is_no_longer_near_its_run(world: World) -> None:
     world.reconciler._settings = ReconcileSettings(grace_s=0, batch_size=1)  # noqa: SLF001 - one row a batch
     c = cron(world)
-    world.via_bridge(start(c, 76, "n.log"))
-    world.via_bridge(end(c, 76, "n.log"))
-    later(world, 600)
-    world.via_bridge(start(c, 76, "n.log"))
-    world.via_bridge(end(c, 76, "n.log"))
+    replayed(world, c, 76, "n.log")
     first, again = world.data.instance_rows(c)
     # 2.x's insertion stamp of the first row no longer places it near the Run's creation (as after a clock step).
     world.legacy("UPDATE RunningInstances SET createdAt = '2001-01-01 00:00:00.000 +00:00' WHERE id = ?",
