@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +172,16 @@ class World:
 
     def retry_metric(self, result: str) -> float:
         return self.metrics.value("ql_bridge_projection_retry_total", result=result)
+
+
+def wait_for(check: Callable[[], object], timeout_s: float = 10.0) -> bool:
+    """Whether ``check`` came true within ``timeout_s`` (polled every 10 ms): for a ProjectorThread at work."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return False
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import time
 
 import pytest
 
@@ -15,16 +14,7 @@ from bridge.service.clock import SystemClock
 from legacy_adapters.schema import CrontabStatus
 from legacy_adapters.status_writer import LegacyStatusWriter
 from projections.relay import ProjectionHaltedError
-from tests.projection.conftest import World
-
-
-def wait_for(check, timeout_s: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
+from tests.projection.conftest import World, wait_for
 
 
 class ReadOnlyMount(LegacyStatusWriter):

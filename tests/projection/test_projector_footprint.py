@@ -14,7 +14,7 @@ from typing import Any
 from bridge.jobs.project import ProjectorThread
 from legacy_adapters.schema import CrontabStatus, InstanceStatus
 from legacy_adapters.status_writer import LegacyStatusWriter
-from tests.projection.conftest import World
+from tests.projection.conftest import World, wait_for
 
 
 class CountingWriter(LegacyStatusWriter):
@@ -129,15 +129,6 @@ def test_a_read_only_2x_database_halts_the_projector_even_when_nothing_would_cha
     except ProjectionHaltedError as exc:
         assert exc.reason == "read_only"
     assert {r["state"] for r in world.outbox_rows()} == {"pending"}
-
-
-def wait_for(check: Any, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_notifies_within_one_tick_are_projected_together(world: World) -> None:

@@ -15,23 +15,14 @@ from bridge.storage.outbox import SqlOutbox
 from legacy_adapters.schema import CrontabStatus
 from legacy_adapters.status_writer import LegacyStatusWriter
 from tests.conftest import Backend
-from tests.projection.conftest import World
-
-
-def wait_for(check, timeout_s: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
+from tests.projection.conftest import World, wait_for
 
 
 def test_notify_wakes_the_thread_long_before_its_interval(world: World) -> None:
     cron = world.cron()
     thread = ProjectorThread(world.projector, interval_s=30).start()
     try:
-        assert wait_for(lambda: thread.passes >= 1)
+        assert wait_for(lambda: thread.passes >= 1, 5.0)
         world.primary.start(cron)
         thread.notify()
         assert wait_for(lambda: (world.legacy.cron_row(cron) or {}).get("status") == CrontabStatus.RUNNING, 10.0)
@@ -51,10 +42,11 @@ def test_a_halted_projector_logs_once_and_resumes_when_2x_is_back(
     with caplog.at_level(logging.INFO, logger="bridge.projection"):
         thread.start()
         try:
-            assert wait_for(lambda: thread.passes >= 4)
+            assert wait_for(lambda: thread.passes >= 4, 5.0)
             assert thread.halted == "missing"
             moved.rename(world.legacy.database_path)
-            assert wait_for(lambda: (world.legacy.cron_row(cron) or {}).get("status") == CrontabStatus.RUNNING)
+            assert wait_for(lambda: (world.legacy.cron_row(cron) or {}).get("status") == CrontabStatus.RUNNING,
+                            5.0)
         finally:
             thread.close()
     halted = [r for r in caplog.records if "PROJECTION_HALTED" in r.getMessage()]
@@ -114,7 +106,7 @@ def test_the_serving_projector_holds_the_lease_projects_on_notify_and_lets_go_on
     thread = start_projector_thread(SqlOutbox(world.backend.engine), LegacyStatusWriter(world.legacy.database_path),  # type: ignore[arg-type]
                                     world.metrics, interval_s=30)
     try:
-        assert wait_for(lambda: thread.passes >= 1)
+        assert wait_for(lambda: thread.passes >= 1, 5.0)
         assert not world.outbox.hold_lease("someone-else", wall_ms(), 1_000)  # the thread holds it
         world.primary.start(cron)
         thread.notify()
