@@ -6,13 +6,13 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from contextlib import closing
-from typing import Any
 
 from bridge.jobs.recovery import recover_on_startup
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from tests.integration import legacy_world
 from tests.integration.legacy_world import BEGIN, World, end, start
+from tests.legacy.conftest import StatementLog
 
 world = legacy_world.world  # the fixture
 
@@ -71,17 +71,8 @@ def test_a_run_2x_never_heard_of_is_still_lost_and_a_neighbour_of_the_same_pid_i
     assert row is not None and row["status"] == "lost"
 
 
-class Statements(LegacyReader):
+class Statements(StatementLog, LegacyReader):
     """A reader that keeps the text of every statement it runs against 2.x's database."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.statements: list[str] = []
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = super()._connect()
-        conn.set_trace_callback(self.statements.append)
-        return conn
 
 
 def test_the_instance_is_looked_up_through_the_primary_key_never_by_scanning_2xs_table(world: World) -> None:

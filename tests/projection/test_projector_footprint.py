@@ -9,25 +9,16 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
 
 from bridge.jobs.project import ProjectorThread
 from legacy_adapters.schema import CrontabStatus, InstanceStatus
 from legacy_adapters.status_writer import LegacyStatusWriter
+from tests.legacy.conftest import StatementLog
 from tests.projection.conftest import World, wait_for
 
 
-class CountingWriter(LegacyStatusWriter):
+class CountingWriter(StatementLog, LegacyStatusWriter):
     """The real writer, with every statement its connection runs on 2.x's database recorded."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.statements: list[str] = []
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = super()._connect()
-        conn.set_trace_callback(self.statements.append)
-        return conn
 
     @property
     def commits(self) -> int:
