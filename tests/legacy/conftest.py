@@ -1,8 +1,10 @@
-"""Fixtures for the 2.x adapter tests: a fake 2.x data directory and a running test double; and what other
-folders' tests use of the adapters: a statement log for a reader's or writer's connections."""
+"""Fixtures for the 2.x adapter tests: a fake 2.x data directory, a running test double and a Crontabs row as
+the reader returns it; and what other folders' tests use of the adapters: a statement log for a reader's or
+writer's connections."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,11 +13,22 @@ from typing import Any
 import httpx
 import pytest
 
+from legacy_adapters.reader import LegacyCron
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 
 # Three dot-separated segments: shaped like the panel's HS384 JWT; the double accepts it on /api.
 PANEL_JWT = "eyJhbGciOiJIUzM4NCJ9.eyJkYXRhIjoiYWRtaW4ifQ.c2lnbmF0dXJl"
+
+
+def cron(schedule: str = "0 10 * * *", **changes: object) -> LegacyCron:
+    """Cron 5 as the reader returns it (idle, enabled, no pid), with ``changes`` on top."""
+    base = LegacyCron(id=5, name="n", command="task a.js", schedule=schedule, timestamp=None, saved=True, status=1,
+                      is_system=False, pid=None, is_disabled=False, is_pinned=False, log_path=None, labels=(),
+                      last_running_time=None, last_execution_time=None, sub_id=None, extra_schedules=(),
+                      task_before=None, task_after=None, log_name=None, work_dir=None,
+                      allow_multiple_instances=None, created_at=None, updated_at=None)
+    return dataclasses.replace(base, **changes)
 
 
 class StatementLog:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -10,19 +9,10 @@ import pytest
 
 from legacy_adapters.identity import task_revision
 from legacy_adapters.origin import infer_scheduled_origin, infer_start_origin, schedule_matches
-from legacy_adapters.reader import LegacyCron
+from tests.legacy.conftest import cron
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 UTC = ZoneInfo("UTC")
-
-
-def cron(schedule: str = "0 10 * * *", **changes: object) -> LegacyCron:
-    base = LegacyCron(id=5, name="n", command="task a.js", schedule=schedule, timestamp=None, saved=True, status=1,
-                      is_system=False, pid=None, is_disabled=False, is_pinned=False, log_path=None, labels=(),
-                      last_running_time=None, last_execution_time=None, sub_id=None, extra_schedules=(),
-                      task_before=None, task_after=None, log_name=None, work_dir=None,
-                      allow_multiple_instances=None, created_at=None, updated_at=None)
-    return dataclasses.replace(base, **changes)
 
 
 def at(*parts: int, tz: ZoneInfo = SHANGHAI) -> int:

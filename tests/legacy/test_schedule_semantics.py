@@ -10,7 +10,6 @@ for node-schedule 2.1.1) and busybox 1.36.1's ParseField/FixDayDow compiled from
 from __future__ import annotations
 
 import calendar
-import dataclasses
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -19,7 +18,7 @@ import pytest
 from croniter import croniter
 
 from legacy_adapters.origin import infer_scheduled_origin, schedule_matches
-from legacy_adapters.reader import LegacyCron
+from tests.legacy.conftest import cron
 
 TZ = ZoneInfo("Asia/Shanghai")
 YEAR = [date(2028, 1, 1) + timedelta(days=i) for i in range(366)]  # a leap year: Feb 29 and 31-day months
@@ -218,15 +217,6 @@ def test_once_and_boot_schedules_never_fire() -> None:
 
 
 # --- What it changes for origin inference ------------------------------------------------------------------
-
-
-def cron(schedule: str, **changes: object) -> LegacyCron:
-    base = LegacyCron(id=5, name="n", command="task a.js", schedule=schedule, timestamp=None, saved=True, status=1,
-                      is_system=False, pid=None, is_disabled=False, is_pinned=False, log_path=None, labels=(),
-                      last_running_time=None, last_execution_time=None, sub_id=None, extra_schedules=(),
-                      task_before=None, task_after=None, log_name=None, work_dir=None,
-                      allow_multiple_instances=None, created_at=None, updated_at=None)
-    return dataclasses.replace(base, **changes)
 
 
 TUESDAY, MONDAY = date(2028, 3, 7), date(2028, 3, 6)
