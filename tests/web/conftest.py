@@ -1,8 +1,11 @@
-"""Fixtures for the web layer: a Container whose httpx client talks to a recording MockTransport."""
+"""Fixtures for the web layer: a Container whose httpx client talks to a recording MockTransport, bare or with the
+real shadow interceptor on a store."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -10,10 +13,15 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bridge.bootstrap import Container
+from bridge.bootstrap import Container, Store, build_interceptor
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
+from bridge.service.clock import SystemClock
+from bridge.service.ports import ModeSource
+from bridge.service.run_service import RunService
 from bridge.web.app import create_app
+from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from tests.conftest import Backend
 
 LEGACY_URL = "http://legacy.test:5700"
 OK_2X = b'{"code":200}'
@@ -45,6 +53,30 @@ def make_container(upstream: FakeUpstream, *, interceptor: Any = None, store: An
     settings = Settings.from_env({"BRIDGE_LEGACY_URL": LEGACY_URL})
     http = httpx.Client(transport=httpx.MockTransport(upstream))
     return Container(settings=settings, metrics=BridgeMetrics(), http=http, store=store, interceptor=interceptor)
+
+
+@contextmanager
+def shadow_container(backend: Backend, tmp_path: Path, upstream: FakeUpstream,
+                     modes: ModeSource) -> Iterator[tuple[Container, LegacyDataDir]]:
+    """A Container wired as bootstrap wires it for the callback path: the real interceptor and a RunService that
+    counts into the same metrics, on ``backend``'s store, in front of a fresh 2.x data dir (system scheduler, UTC)
+    whose HTTP side is ``upstream``; closed afterwards."""
+    legacy = create_legacy_data_dir(tmp_path / "ql-data")
+    settings = Settings.from_env({
+        "BRIDGE_DATA_DIR": str(tmp_path), "BRIDGE_LEGACY_URL": LEGACY_URL, "BRIDGE_LEGACY_DATA_DIR": str(legacy.root),
+        "BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_SHADOW_BUDGET_MS": "10000"})
+    assert backend.engine is not None
+    metrics = BridgeMetrics()
+    runs = RunService(backend.uow, clock=SystemClock(), metrics=metrics)  # type: ignore[arg-type]
+    store = Store(engine=backend.engine, uow=backend.uow, runs=runs)  # type: ignore[arg-type]
+    interceptor = build_interceptor(settings, store, metrics, modes)
+    container = Container(settings=settings, metrics=metrics, store=store, interceptor=interceptor,
+                          http=httpx.Client(transport=httpx.MockTransport(upstream)))
+    try:
+        yield container, legacy
+    finally:
+        interceptor.close()
+        container.http.close()
 
 
 @pytest.fixture

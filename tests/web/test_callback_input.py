@@ -16,19 +16,15 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from bridge.bootstrap import Container, Store, build_interceptor
-from bridge.config import Settings
-from bridge.metrics import BridgeMetrics
-from bridge.service.clock import SystemClock
+from bridge.bootstrap import Container
 from bridge.service.flags import ORIGINS
 from bridge.service.ports import StaticModes
-from bridge.service.run_service import RunService
 from bridge.storage.schema import run_attempts_table, runs_table
 from bridge.web.app import create_app
 from legacy_adapters.callbacks import render_status_body
-from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from legacy_adapters.testing.datadir import LegacyDataDir
 from tests.conftest import Backend
-from tests.web.conftest import JSON_2X, LEGACY_URL, FakeUpstream
+from tests.web.conftest import JSON_2X, FakeUpstream, shadow_container
 
 BEGIN_S = 1_796_216_497
 DEPTH = 100_000
@@ -61,20 +57,9 @@ class ShadowSite:
 
 @pytest.fixture
 def site(sql_backend: Backend, tmp_path: Path, upstream: FakeUpstream) -> Iterator[ShadowSite]:
-    legacy = create_legacy_data_dir(tmp_path / "ql-data")
-    settings = Settings.from_env({
-        "BRIDGE_DATA_DIR": str(tmp_path), "BRIDGE_LEGACY_URL": LEGACY_URL, "BRIDGE_LEGACY_DATA_DIR": str(legacy.root),
-        "BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_SHADOW_BUDGET_MS": "10000"})
-    assert sql_backend.engine is not None
-    store = Store(engine=sql_backend.engine, uow=sql_backend.uow,  # type: ignore[arg-type]
-                  runs=RunService(sql_backend.uow, clock=SystemClock()))  # type: ignore[arg-type]
-    metrics = BridgeMetrics()
-    interceptor = build_interceptor(settings, store, metrics, StaticModes(frozenset(ORIGINS)))
-    container = Container(settings=settings, metrics=metrics, store=store, interceptor=interceptor,
-                          http=httpx.Client(transport=httpx.MockTransport(upstream)))
-    yield ShadowSite(create_app(container).test_client(use_cookies=False), container, upstream, legacy, sql_backend)
-    interceptor.close()
-    container.http.close()
+    with shadow_container(sql_backend, tmp_path, upstream, StaticModes(frozenset(ORIGINS))) as (container, legacy):
+        yield ShadowSite(create_app(container).test_client(use_cookies=False), container, upstream, legacy,
+                         sql_backend)
 
 
 def runs_in_store(backend: Backend) -> list[dict[str, object]]:

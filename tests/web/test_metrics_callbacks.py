@@ -9,22 +9,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 from flask.testing import FlaskClient
 
-from bridge.bootstrap import Container, Store, build_interceptor
-from bridge.config import Settings
 from bridge.domain.model import Mode
 from bridge.metrics import BridgeMetrics
-from bridge.service.clock import SystemClock
 from bridge.service.flags import ORIGINS
-from bridge.service.run_service import RunService
 from bridge.web.app import create_app
 from legacy_adapters.callbacks import render_status_body
-from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from legacy_adapters.testing.datadir import LegacyDataDir
 from tests.conftest import Backend
-from tests.web.conftest import LEGACY_URL, FakeUpstream
+from tests.web.conftest import FakeUpstream, shadow_container
 
 BEGIN_S = 1_796_216_497
 CALLBACKS = "ql_bridge_legacy_callback_total"
@@ -69,21 +64,9 @@ class Site:
 
 @pytest.fixture
 def site(sql_backend: Backend, tmp_path: Path, upstream: FakeUpstream) -> Iterator[Site]:
-    legacy = create_legacy_data_dir(tmp_path / "ql-data")
-    settings = Settings.from_env({
-        "BRIDGE_DATA_DIR": str(tmp_path), "BRIDGE_LEGACY_URL": LEGACY_URL, "BRIDGE_LEGACY_DATA_DIR": str(legacy.root),
-        "BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_SHADOW_BUDGET_MS": "10000"})
-    assert sql_backend.engine is not None
-    metrics = BridgeMetrics()
-    runs = RunService(sql_backend.uow, clock=SystemClock(), metrics=metrics)  # type: ignore[arg-type]
-    store = Store(engine=sql_backend.engine, uow=sql_backend.uow, runs=runs)  # type: ignore[arg-type]
     modes = Modes()
-    interceptor = build_interceptor(settings, store, metrics, modes)
-    container = Container(settings=settings, metrics=metrics, store=store, interceptor=interceptor,
-                          http=httpx.Client(transport=httpx.MockTransport(upstream)))
-    yield Site(create_app(container).test_client(use_cookies=False), metrics, legacy, modes)
-    interceptor.close()
-    container.http.close()
+    with shadow_container(sql_backend, tmp_path, upstream, modes) as (container, legacy):
+        yield Site(create_app(container).test_client(use_cookies=False), container.metrics, legacy, modes)
 
 
 def test_every_callback_kind_is_counted_with_the_mode_it_was_handled_in(site: Site) -> None:
