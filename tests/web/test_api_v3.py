@@ -10,6 +10,7 @@ import base64
 import itertools
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -160,11 +161,20 @@ def build_app(backend: Backend, tmp_path: Path, *, legacy_dir: bool = True) -> t
     return create_app(container), legacy, seeder
 
 
+@contextmanager
+def api_app(backend: Backend, tmp_path: Path) -> Iterator[Api]:
+    """The v3 app of ``build_app`` with its test client; its 2.x client closed afterwards."""
+    app, legacy, seeder = build_app(backend, tmp_path)
+    try:
+        yield Api(app, app.test_client(use_cookies=False), legacy, seeder)
+    finally:
+        app.extensions["bridge"].http.close()
+
+
 @pytest.fixture
 def api(sqlite_backend: Backend, tmp_path: Path) -> Iterator[Api]:
-    app, legacy, seeder = build_app(sqlite_backend, tmp_path)
-    yield Api(app, app.test_client(use_cookies=False), legacy, seeder)
-    app.extensions["bridge"].http.close()
+    with api_app(sqlite_backend, tmp_path) as api:
+        yield api
 
 
 @pytest.fixture

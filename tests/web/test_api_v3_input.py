@@ -19,15 +19,14 @@ from hypothesis import strategies as st
 
 from bridge.service.queries import RUN_LIST_PARAMETERS
 from tests.conftest import Backend
-from tests.web.test_api_v3 import Api, build_app, seed_five
+from tests.web.test_api_v3 import Api, api_app, seed_five
 
 
 def api_on(backend: Backend, tmp_path: Path) -> Iterator[Api]:
     tmp_path.mkdir()
-    app, legacy, seeder = build_app(backend, tmp_path)
-    seed_five(seeder)
-    yield Api(app, app.test_client(use_cookies=False), legacy, seeder)
-    app.extensions["bridge"].http.close()
+    with api_app(backend, tmp_path) as api:
+        seed_five(api.seeder)
+        yield api
 
 
 @pytest.fixture

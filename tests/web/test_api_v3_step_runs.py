@@ -13,16 +13,15 @@ from bridge.domain.step_run import RECORD_KEYS, StepRunStatus
 from bridge.service.queries import RunCursor
 from tests.conftest import Backend
 from tests.contract.step_run_world import World, world_for
-from tests.web.test_api_v3 import JSON_2X, LOGIN_FIRST, TOKEN_EXPIRED, Api, build_app
+from tests.web.test_api_v3 import JSON_2X, LOGIN_FIRST, TOKEN_EXPIRED, Api, api_app
 
 STEP_RUN_KEYS = (RECORD_KEYS - {"schema"}) | {"schema", "created_at", "updated_at", "started_at", "finished_at"}
 
 
 @pytest.fixture
 def api(sql_backend: Backend, tmp_path: Path) -> Iterator[Api]:
-    app, legacy, seeder = build_app(sql_backend, tmp_path)
-    yield Api(app, app.test_client(use_cookies=False), legacy, seeder)
-    app.extensions["bridge"].http.close()
+    with api_app(sql_backend, tmp_path) as api:
+        yield api
 
 
 @pytest.fixture
