@@ -24,7 +24,7 @@ from bridge.domain.commands import (
 )
 from bridge.domain.model import Run
 from bridge.service.ids import new_id
-from bridge.service.ports import IdempotencyKeyTakenError, RunStore
+from bridge.service.ports import IdempotencyKeyTakenError, RunRepository, RunStore
 from bridge.service.run_service import CommandResult, RunService, RunTransaction
 
 Build = Callable[[RunStore, RunChange], None]
@@ -85,7 +85,7 @@ def transition_run(service: RunService, cmd: TransitionRun) -> CommandResult:
 
 def create_attempt(service: RunService, cmd: CreateAttempt) -> CommandResult:
     """Add the next Attempt (claimed). The Run must be dispatching; the previous Attempt terminal."""
-    def mutate(store: RunStore, change: RunChange) -> None:
+    def mutate(store: RunRepository, change: RunChange) -> None:
         commands.add_attempt(change, store.get_attempts(cmd.run_id), cmd, new_id)
 
     result, _ = service.change(cmd.run_id, mutate, actor=cmd.actor, command="create_attempt",
@@ -95,7 +95,7 @@ def create_attempt(service: RunService, cmd: CreateAttempt) -> CommandResult:
 
 def transition_attempt(service: RunService, cmd: TransitionAttempt) -> CommandResult:
     """Move an Attempt (CAS on id + status + callback_sequence) and optionally its Run, atomically."""
-    def mutate(store: RunStore, change: RunChange) -> None:
+    def mutate(store: RunRepository, change: RunChange) -> None:
         commands.move_attempt(change, store.get_attempt(cmd.attempt_id), cmd)
 
     result, _ = service.change(cmd.run_id, mutate, actor=cmd.actor, command="transition_attempt",
