@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -80,6 +80,13 @@ class InMemoryRunStore:
             if log and event.sequence != log[-1].sequence + 1:
                 raise RunVersionConflictError(run.id, change.expected_version or 0, None)
             log.append(event)
+
+    def apply_many(self, changes: Sequence[ChangeSet]) -> None:
+        """Brand-new Runs, each as ``apply`` writes it (bridge.service.imports.BulkRunWriter)."""
+        if any(c.expected_version is not None or any(not w.is_insert for w in c.attempt_writes) for c in changes):
+            raise ValueError("apply_many only inserts new Runs")
+        for change in changes:
+            self.apply(change)
 
     def list_events(self, run_id: str, after_sequence: int, limit: int) -> list[RunEvent]:
         return [e for e in self._s.events.get(run_id, []) if e.sequence > after_sequence][:limit]

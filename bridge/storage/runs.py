@@ -1,13 +1,15 @@
 """SqlRunStore: the RunStore contract over SQLAlchemy Core, the same code for SQLite and PostgreSQL.
 
 A ChangeSet costs one Run write, one write per touched Attempt and one multi-row event insert; on
-PostgreSQL they travel together in one round trip (pipeline mode), on SQLite there is no round trip.
+PostgreSQL they travel together in one round trip (pipeline mode), on SQLite there is no round trip. A batch of
+new Runs (``apply_many``, the import's) costs one multi-row insert per table, through the same statements and the
+same row mappers (one per table: ``_run_values``, ``_attempt_values``, ``_event_values``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, fields
 from functools import cache
@@ -304,6 +306,30 @@ class SqlRunStore:
                 assert write.expected_status is not None
                 expected = f"{write.expected_status.value}#{write.expected_callback_sequence}"
                 raise AttemptConflictError(write.attempt.id, expected, "changed concurrently")
+
+    def apply_many(self, changes: Sequence[ChangeSet]) -> None:
+        """Brand-new Runs with their Attempts and events (bridge.service.imports.BulkRunWriter): the rows
+        ``apply`` writes, through its statements and row mappers, one executemany per table, sent together."""
+        if any(c.expected_version is not None or any(not w.is_insert for w in c.attempt_writes) for c in changes):
+            raise ValueError("apply_many only inserts new Runs")
+        if not changes:
+            return
+        statements: list[tuple[_Prepared, Params | list[Params]]] = [
+            (_INSERT_RUN, [_run_values(c.run) for c in changes])]
+        attempts = [_attempt_values(w.attempt) for c in changes for w in c.attempt_writes]
+        if attempts:
+            statements.append((_INSERT_ATTEMPT, attempts))
+        events = [_event_values(e) for c in changes for e in c.events]
+        if events:
+            statements.append((_INSERT_EVENT, events))
+        try:
+            _execute_all(self._conn, statements)
+        except IntegrityError as exc:
+            # Which row it was, neither store's message says reliably: the first Run with a key stands for it.
+            first = next((c.run for c in changes if c.run.idempotency_key is not None), changes[0].run)
+            dedupe = next((e.dedupe_key for c in changes for e in c.events if e.dedupe_key), None)
+            raise translate_integrity_error(exc, run_id=first.id, dedupe_key=dedupe, project_id=first.project_id,
+                                            idempotency_key=first.idempotency_key, expected_version=None) from exc
 
     @staticmethod
     def _run_write(run: Run, expected_version: int | None) -> tuple[_Prepared, Params]:
