@@ -15,6 +15,7 @@ from bridge.config import ConfigError, Settings, local_zone_name
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.flags import CachedModes, FlagService
+from bridge.service.imports import ImportUnitOfWork
 from bridge.service.ports import Clock, ModeSource, ServiceMetrics
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
@@ -59,6 +60,12 @@ class Store:
     def readers(self) -> StoreReaders:
         """Built on first use, once per store."""
         return build_readers(self.engine)
+
+    def import_writes(self, *, busy_budget_ms: int, busy_attempts: int) -> ImportUnitOfWork:
+        """The import's transactions on this store (bridge.storage.imports), with the busy retry it asks for."""
+        from bridge.storage.imports import import_unit_of_work
+
+        return import_unit_of_work(self.engine, busy_budget_ms=busy_budget_ms, busy_attempts=busy_attempts)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -2,10 +2,12 @@
 
 2.x's database is never read in place for long and never written: a consistent copy is taken with SQLite's
 Online Backup API in short steps (ADR-0064/0095), checked to be a 2.x database, streamed in keyset batches,
-and deleted afterwards. A batch's Runs are built first (RunChange, outside any transaction), then written in one
-short bridge-store transaction that re-checks their keys and also advances the ``import_cursor`` setting, so an
-interrupted import resumes after its last committed batch; idempotency keys make a re-run (even without the
-cursor) import nothing twice.
+and deleted afterwards. A batch's Runs are built first (RunChange and the opening ladder, outside any
+transaction), then written in one short bridge-store transaction that re-checks their keys and also advances the
+``import_cursor`` setting, so an interrupted import resumes after its last committed batch; idempotency keys make
+a re-run (even without the cursor) import nothing twice. The writes go through the import's storage port
+(bridge/service/imports.py), which the composition root opens on the store: its bulk apply writes the rows
+RunStore.apply would, with the same row mappers.
 
 A store with one writer at a time (SQLite) is shared with a serving bridge whose shadow writes have 50 ms
 before the shell is answered: there each write batch is sized so that its transaction holds the store's write
@@ -32,9 +34,9 @@ import sqlite3
 import tempfile
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
 from pathlib import Path
@@ -44,24 +46,21 @@ from zoneinfo import ZoneInfo
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Engine
 
 from bridge.config import Settings, local_zone_name
 from bridge.domain.aggregate import ChangeSet, RunChange
 from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
-from bridge.domain.events import Actor, ActorType, ErrorCode, RunEvent, encode_payload
+from bridge.domain.events import Actor, ActorType, ErrorCode
 from bridge.domain.keys import import_key
 from bridge.domain.ladder import open_to_running
 from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
+from bridge.service.imports import CURSOR_KEY, ImportStore, ImportUnitOfWork
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
-from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PROJECT_ID, CallbackFacts
 from bridge.storage.migrate import current_revision, head_revision
-from bridge.storage.runs import SqlRunStore
-from bridge.storage.schema import bridge_settings_table, run_attempts_table, run_events_table, runs_table
-from bridge.storage.unit_of_work import SqlUnitOfWork
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.identity import task_id, task_revision
@@ -72,7 +71,6 @@ from legacy_adapters.timeconv import epoch_seconds_to_ms
 
 T = TypeVar("T")
 
-CURSOR_KEY = "import_cursor"  # bridge_settings: the last instance id whose batch committed
 DELETED_CRON_REVISION = "deleted-cron"  # task_revision when the instance's Crontabs row is gone
 FINISH_TIME_UNKNOWN = "finish_time_unknown"  # error_code of a stopped row 2.x's boot reset left without finished_at
 IMPORTER = Actor(ActorType.SYSTEM, IMPORTED_MODE)
@@ -160,6 +158,11 @@ class OpenedStore(Protocol):
 
     engine: Engine
 
+    def import_writes(self, *, busy_budget_ms: int, busy_attempts: int) -> ImportUnitOfWork:
+        """The import's transactions on this store, each retried whole while the store stays busy, up to
+        ``busy_attempts`` times within ``busy_budget_ms``."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -194,7 +197,9 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *, bat
         store = open_store()
         _require_current_schema(store.engine)
         pacing = _Pacing(batch_size, write_budget_ms / 1000) if store.engine.dialect.name == "sqlite" else None
-        summary = _Importer(settings, store.engine, reader, batch_size, clock or SystemClock(), pacing).run(
+        uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
+                                  busy_attempts=IMPORT_BUSY_ATTEMPTS)
+        summary = _Importer(settings, uow, reader, batch_size, clock or SystemClock(), pacing).run(
             console or Console(stderr=True), resume, after_batch)
     finally:
         if store is not None:
@@ -327,73 +332,6 @@ def _instance_span(copy: Path, after_id: int) -> tuple[int, int]:
         return int(count), int(newest)
 
 
-# -- the bridge store: Runs, plus the cursor in the same transaction ---------------------------------------------
-
-
-class _ImportStore(SqlRunStore):
-    """SqlRunStore plus the two things only the importer needs, on the same connection (same transaction)."""
-
-    def __init__(self, conn: Connection) -> None:
-        super().__init__(conn)
-        self._import_conn = conn
-
-    def existing_keys(self, keys: Sequence[str]) -> set[str]:
-        """Which of these idempotency keys already name a Run (one statement)."""
-        if not keys:
-            return set()
-        r = runs_table
-        stmt = select(r.c.idempotency_key).where(r.c.project_id == PROJECT_ID, r.c.idempotency_key.in_(list(keys)))
-        return {row[0] for row in self._import_conn.execute(stmt)}
-
-    def insert_new_runs(self, changes: Sequence[ChangeSet]) -> None:
-        """Write brand-new Runs (each with its inserted Attempts and its events) in three multi-row inserts:
-        the rows RunStore.apply would write one Run at a time. A key taken meanwhile fails the whole batch."""
-        if not changes:
-            return
-        if any(c.expected_version is not None or any(not w.is_insert for w in c.attempt_writes) for c in changes):
-            raise ValueError("insert_new_runs only inserts new Runs")
-        conn = self._import_conn
-        conn.execute(insert(runs_table), [_row(c.run, _RUN_FIELDS) for c in changes])
-        attempts = [_row(w.attempt, _ATTEMPT_FIELDS) for c in changes for w in c.attempt_writes]
-        if attempts:
-            conn.execute(insert(run_attempts_table), attempts)
-        conn.execute(insert(run_events_table), [_event_row(e) for c in changes for e in c.events])
-
-    def import_cursor(self) -> int:
-        t = bridge_settings_table
-        value = self._import_conn.execute(select(t.c.value).where(t.c.key == CURSOR_KEY)).scalar()
-        try:
-            return max(int(value), 0) if value is not None else 0
-        except ValueError:
-            return 0  # unreadable: start over, the idempotency keys keep it safe
-
-    def advance_import_cursor(self, last_id: int, at_ms: int) -> None:
-        """Move the cursor forward to ``last_id`` (never back)."""
-        if last_id <= self.import_cursor():
-            return
-        t = bridge_settings_table
-        values = {"value": str(last_id), "updated_at_ms": at_ms}
-        if self._import_conn.execute(update(t).where(t.c.key == CURSOR_KEY).values(**values)).rowcount == 0:
-            self._import_conn.execute(insert(t).values(key=CURSOR_KEY, **values))
-
-
-_RUN_FIELDS = tuple(f.name for f in fields(Run))
-_ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
-
-
-def _row(record: Run | RunAttempt, names: tuple[str, ...]) -> dict[str, Any]:
-    values = {name: getattr(record, name) for name in names}
-    values["status"] = record.status.value
-    return values
-
-
-def _event_row(event: RunEvent) -> dict[str, Any]:
-    return {"id": event.id, "run_id": event.run_id, "sequence": event.sequence, "type": event.type.value,
-            "dedupe_key": event.dedupe_key, "actor_type": event.actor_type.value, "actor_id": event.actor_id,
-            "attempt_id": event.attempt_id, "step_run_id": event.step_run_id,
-            "payload": encode_payload(event.payload, cap_bytes=2**31), "created_at_ms": event.created_at_ms}
-
-
 # -- the import loop ------------------------------------------------------------------------------------------------
 
 
@@ -445,16 +383,14 @@ class _Pacing:
 
 
 class _Importer:
-    def __init__(self, settings: Settings, engine: Engine, reader: LegacyReader, batch_size: int,
+    def __init__(self, settings: Settings, uow: ImportUnitOfWork, reader: LegacyReader, batch_size: int,
                  clock: Clock, pacing: _Pacing | None = None) -> None:
         self.reader = reader
         self.batch_size = batch_size
         self.pacing = pacing
         self.clock = clock
         self.cap = settings.payload_cap_bytes
-        self.uow = SqlUnitOfWork(engine, busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
-                                 busy_attempts=IMPORT_BUSY_ATTEMPTS, store_factory=_ImportStore)
-        self.runs = RunService(self.uow, clock=clock, id_factory=new_id, payload_cap_bytes=self.cap)
+        self.uow = uow
         self.cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
         self.snapshots_stored: OrderedDict[str, None] = OrderedDict()
         self.scheduler_mode = (detect_scheduler_mode() if settings.legacy_scheduler == "auto"
@@ -493,7 +429,7 @@ class _Importer:
         """
         began: list[float] = []  # when each try's transaction had taken the write lock
 
-        def write(tx: RunTransaction, planned: list[_Planned]) -> tuple[Counter[str], set[str]]:
+        def write(tx: _Tx, planned: list[_Planned]) -> tuple[Counter[str], set[str]]:
             began.append(time.monotonic())  # BEGIN IMMEDIATE has just taken it
             return self._write(tx, planned, batch)
 
@@ -502,7 +438,8 @@ class _Importer:
             if self.pacing is not None:
                 self.pacing.wait_turn()
             try:
-                result = self.runs.transaction(lambda tx, planned=planned: write(tx, planned))
+                at_ms = self.clock.now_ms()
+                result = self.uow.write(lambda store, planned=planned, at_ms=at_ms: write(_Tx(store, at_ms), planned))
             except (IdempotencyKeyTakenError, DedupeKeyTakenError, StorageError):
                 if attempt == BATCH_ATTEMPTS:
                     raise
@@ -523,7 +460,7 @@ class _Importer:
     def _prepare(self, batch: list[LegacyInstance]) -> list[_Planned]:
         """Each instance's Run (as a ChangeSet), read-only: what is already in the store is not built again."""
         plans = [_Plan.of(instance) for instance in batch]
-        present = self.uow.read(lambda store: store.existing_keys([k for p in plans for k in p.keys]))
+        present = self.uow.read(lambda store: store.existing_keys(PROJECT_ID, [k for p in plans for k in p.keys]))
         build = _Builder(self.clock.now_ms(), self.cap)
         out = []
         for plan in plans:
@@ -547,10 +484,10 @@ class _Importer:
         return out
 
     # One transaction: it may run again on a busy retry, so it only touches the database.
-    def _write(self, tx: RunTransaction, planned: list[_Planned],
+    def _write(self, tx: _Tx, planned: list[_Planned],
                batch: list[LegacyInstance]) -> tuple[Counter[str], set[str]]:
-        store = _store(tx)
-        present = store.existing_keys([p.key for p in planned if p.key is not None])
+        store = tx.store
+        present = store.existing_keys(PROJECT_ID, [p.key for p in planned if p.key is not None])
         counts: Counter[str] = Counter(scanned=len(batch))
         revisions: set[str] = set()
         changes: list[ChangeSet] = []
@@ -571,12 +508,19 @@ class _Importer:
             if p.snapshot is None:
                 counts["deleted_crons"] += 1
             elif p.snapshot.task_revision not in revisions and p.snapshot.task_revision not in self.snapshots_stored:
-                tx.store.put_task_snapshot(p.snapshot)
+                store.put_task_snapshot(p.snapshot)
                 revisions.add(p.snapshot.task_revision)
-        store.insert_new_runs(changes)  # what tx.commit would write, one multi-row insert per table
-        tx.committed.extend(changes)
+        store.apply_many(changes)  # what RunStore.apply would write for each, one multi-row insert per table
         store.advance_import_cursor(batch[-1].id, tx.at_ms)
         return counts, revisions
+
+
+@dataclass(frozen=True)
+class _Tx:
+    """One write transaction of the import: its store, and when it began (the cursor's stamp)."""
+
+    store: ImportStore
+    at_ms: int
 
 
 @dataclass(frozen=True)
@@ -593,7 +537,7 @@ class _Planned:
 
 @dataclass(frozen=True)
 class _Builder:
-    """Where new Runs are built: RunTransaction.create's work, done before the transaction opens."""
+    """Where new Runs are built: RunTransaction.create's work, done before any transaction opens."""
 
     at_ms: int
     cap: int
@@ -604,11 +548,6 @@ class _Builder:
     def create(self, run: Run, payload: dict[str, Any]) -> RunChange:
         return RunChange.create(run, actor=IMPORTER, at_ms=self.at_ms, new_id=new_id, payload_cap_bytes=self.cap,
                                 payload=payload)
-
-
-def _store(tx: RunTransaction) -> _ImportStore:
-    assert isinstance(tx.store, _ImportStore)
-    return tx.store
 
 
 def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine
@@ -35,15 +35,17 @@ from bridge.storage.errors import is_sqlite_busy, translate_operational_error
 from bridge.storage.runs import SqlRunStore
 
 T = TypeVar("T")
+S = TypeVar("S")  # the store a transaction hands out (store_factory's)
 
 
-class SqlUnitOfWork:
+class SqlUnitOfWork(Generic[S]):
     def __init__(self, engine: Engine, *, busy_budget_ms: int = 400, busy_attempts: int = 4,
                  sleep: Callable[[float], None] = time.sleep, queue_writers: bool = True,
                  outcomes: WriteOutcomes | None = None,
-                 store_factory: Callable[[Connection], SqlRunStore] = SqlRunStore) -> None:
+                 store_factory: Callable[[Connection], S] = SqlRunStore) -> None:  # type: ignore[assignment]
         """``queue_writers=False`` leaves a SQLite writer's wait to SQLite's busy handler alone (benchmarks);
-        ``store_factory`` builds the store a transaction hands out (the importer's adds its bulk checks)."""
+        ``store_factory`` builds the store a transaction hands out on its connection (SqlRunStore; the import's
+        is bridge.storage.imports.SqlImportStore)."""
         self.engine = engine
         self._store = store_factory
         self.outcomes = outcomes if outcomes is not None else WriteOutcomes()
@@ -53,11 +55,11 @@ class SqlUnitOfWork:
         self._writers = _writer_gate(engine) if queue_writers and engine.dialect.name == "sqlite" else None
         self._sweep = pool_sweep(engine) if engine.dialect.name == "postgresql" else None
 
-    def write(self, work: Callable[[SqlRunStore], T]) -> T:
+    def write(self, work: Callable[[S], T]) -> T:
         """One write transaction; its outcome is recorded in ``outcomes``."""
         return self._run(lambda conn: work(self._store(conn)), read_only=False, record=True)
 
-    def read(self, work: Callable[[SqlRunStore], T]) -> T:
+    def read(self, work: Callable[[S], T]) -> T:
         return self._run(lambda conn: work(self._store(conn)), read_only=True, record=False)
 
     def probe_write(self) -> None:

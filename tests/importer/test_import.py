@@ -15,14 +15,15 @@ import pytest
 from rich.console import Console
 from sqlalchemy import delete, func, select
 
-import bridge.jobs.import_legacy as importer
 from bridge.bootstrap import run_legacy_import
 from bridge.jobs.import_legacy import ImportRefusedError, ImportSummary, backup_copy, print_summary
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
+from bridge.storage.imports import SqlImportStore
 from bridge.storage.reconcile_queries import ReconcileStore, active_legacy_runs
 from bridge.storage.report_queries import ReportQueries
+from bridge.storage.runs import SqlRunStore
 from bridge.storage.schema import bridge_settings_table, run_events_table, runs_table, task_snapshots_table
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.identity import task_revision
@@ -189,14 +190,14 @@ def test_a_shadow_write_racing_the_import_is_skipped_not_duplicated(
     start = CallbackFacts(cron_id=cron, pid=55, log_ref=log_path_digest(log_path), started_at_ms=(BEGIN_S + 61) * 1000,
                           duration_ms=None, exit_code=None, received_at_ms=(BEGIN_S + 61) * 1000)
     recorder.record_start(start, ExecutionContext("manual", "run_single_row", "rev"))
-    real = importer._ImportStore.existing_keys
+    real = SqlImportStore.existing_keys
     seen: list[int] = []
 
-    def blind(self: Any, keys: Any) -> set[str]:
+    def blind(self: Any, project_id: str, keys: Any) -> set[str]:
         seen.append(1)  # the shadow Run "commits" only after the first blind_looks looks
-        return set() if len(seen) <= blind_looks else real(self, keys)
+        return set() if len(seen) <= blind_looks else real(self, project_id, keys)
 
-    monkeypatch.setattr(importer._ImportStore, "existing_keys", blind)
+    monkeypatch.setattr(SqlImportStore, "existing_keys", blind)
     summary = do_import(env)
     assert len(seen) == looks and (summary.imported, summary.skipped, summary.handed_to_shadow) == (1, 1, 0)
     assert len(env.runs()) == 2 and env.run(start.execution_key)["origin"] == "manual"
@@ -248,7 +249,7 @@ def test_an_interrupted_import_resumes_after_its_last_committed_batch(
 def test_a_batch_that_fails_midway_leaves_nothing_of_itself(env: ImportEnv, monkeypatch: pytest.MonkeyPatch,
                                                             fresh_store: Callable[[], ImportEnv]) -> None:
     _, ids = history(env)
-    real = importer._ImportStore.advance_import_cursor
+    real = SqlImportStore.advance_import_cursor
     calls: list[int] = []
 
     def fails_second_time(self: Any, last_id: int, at_ms: int) -> None:
@@ -257,11 +258,11 @@ def test_a_batch_that_fails_midway_leaves_nothing_of_itself(env: ImportEnv, monk
             raise RuntimeError("store went away")
         real(self, last_id, at_ms)
 
-    monkeypatch.setattr(importer._ImportStore, "advance_import_cursor", fails_second_time)
+    monkeypatch.setattr(SqlImportStore, "advance_import_cursor", fails_second_time)
     with pytest.raises(RuntimeError):
         do_import(env, batch_size=3)
     assert env.cursor() == str(ids[2]) and len(env.runs()) == 3  # batch 2 rolled back whole
-    monkeypatch.setattr(importer._ImportStore, "advance_import_cursor", real)
+    monkeypatch.setattr(SqlImportStore, "advance_import_cursor", real)
     do_import(env, batch_size=3)
     straight = fresh_store()
     do_import(straight, batch_size=3)
@@ -278,7 +279,7 @@ def test_the_batched_insert_writes_exactly_what_run_store_apply_writes(
         for change in changes:
             self.apply(change)  # SqlRunStore.apply, the RunTransaction.commit path
 
-    monkeypatch.setattr(importer._ImportStore, "insert_new_runs", one_by_one)
+    monkeypatch.setattr(SqlRunStore, "apply_many", one_by_one)
     applied = fresh_store()
     do_import(applied)
     assert snapshot(env) == snapshot(applied)

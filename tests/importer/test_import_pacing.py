@@ -11,6 +11,7 @@ import pytest
 
 import bridge.jobs.import_legacy as importer
 from bridge.jobs.import_legacy import IMPORT_GAP_MS
+from bridge.storage.imports import SqlImportStore
 from legacy_adapters.schema import InstanceStatus
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
 from tests.importer.test_import import do_import
@@ -29,7 +30,7 @@ class Writes:
         self.spans: list[tuple[float, float, int]] = []
         began: list[float] = []
         write, commit = importer._Importer._write, importer._Importer._commit
-        insert = importer._ImportStore.insert_new_runs
+        insert = SqlImportStore.apply_many
 
         def timed_write(importer_: Any, tx: Any, planned: Any, batch: Any) -> Any:
             began.append(time.monotonic())  # inside the transaction: BEGIN IMMEDIATE has just taken the lock
@@ -46,7 +47,7 @@ class Writes:
 
         monkeypatch.setattr(importer._Importer, "_write", timed_write)
         monkeypatch.setattr(importer._Importer, "_commit", timed_commit)
-        monkeypatch.setattr(importer._ImportStore, "insert_new_runs", slow_insert)
+        monkeypatch.setattr(SqlImportStore, "apply_many", slow_insert)
 
     @property
     def sizes(self) -> list[int]:
