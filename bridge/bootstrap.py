@@ -176,7 +176,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
 
             reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
             clock = SystemClock()
-            job = _recovering_first(settings, reconciler, store, metrics) if recovery_deferred else reconciler.run_once
+            job = _recovering_first(reconciler, store, metrics) if recovery_deferred else reconciler.run_once
             scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
                                                  lambda: run_housekeeping(store.engine, clock.now_ms()),
                                                  INTERVAL_S)
@@ -184,26 +184,26 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     return container
 
 
-def recover_unfinished_runs(settings: Settings, store: Store, *, reader: Any = None,
-                            metrics: BridgeMetrics | None = None) -> Any:
+def recover_unfinished_runs(settings: Settings, store: Store) -> Any:
     """Startup recovery (bridge.jobs.recovery): the Runs a previous process left open, judged against 2.x's
     rows. Raises LegacyDatabaseError when the configured file is positively not 2.x's database."""
+    return _recover(store, _legacy_reader(settings), None)
+
+
+def _recover(store: Store, reader: Any, metrics: BridgeMetrics | None) -> Any:
     from bridge.jobs.recovery import recover_on_startup
     from bridge.storage.reconcile_queries import ReconcileStore
 
-    return recover_on_startup(ReconcileStore(store.engine), store.runs, reader or _legacy_reader(settings),
-                              metrics=metrics)
+    return recover_on_startup(ReconcileStore(store.engine), store.runs, reader, metrics=metrics)
 
 
-def _recovering_first(settings: Settings, reconciler: Any, store: Store,
-                      metrics: BridgeMetrics) -> Callable[[], object]:
+def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
     """The reconcile job, preceded by startup recovery until a recovery defers nothing any more."""
     pending = [True]
 
     def job() -> object:
         if pending[0]:
-            outcomes = recover_unfinished_runs(settings, store, reader=reconciler.reader,
-                                               metrics=metrics)
+            outcomes = _recover(store, reconciler.reader, metrics)
             pending[0] = any(outcome.startswith("deferred:") for outcome in outcomes)
         return reconciler.run_once()
 
