@@ -56,6 +56,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def migrated(database_url: str, *, schema: str | None = None) -> str:
+    """``database_url``, once its store (a SQLite file is created) is at the head revision."""
+    engine = make_engine(database_url, pg_search_path=schema)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    return database_url
+
+
 @dataclass
 class Crons:
     hourly: int
@@ -110,6 +120,20 @@ def bridge_process(env: dict[str, str], url: str) -> Iterator[subprocess.Popen[b
             proc.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # a worker left behind by a killed master
+
+
+@contextmanager
+def serving_bridge(legacy_url: str, legacy_data_dir: Path, database_url: str, *, schema: str | None = None,
+                   **env: str) -> Iterator[str]:
+    """A `bridge_process` on a free loopback port in front of ``legacy_url``, with the environment of
+    ``serve_env`` (``env`` added; its tables in PostgreSQL ``schema`` if one is named); yields its URL once it
+    answers, stops it when the block ends."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    if schema:
+        env["BRIDGE_DATABASE_SCHEMA"] = schema
+    with bridge_process(serve_env(port, legacy_url, legacy_data_dir, database_url, **env), url):
+        yield url
 
 
 def read_log(proc: subprocess.Popen[bytes]) -> str:
@@ -234,16 +258,11 @@ def claim_workdir(workdir: Path) -> None:
 def run_demo(workdir: Path, console: Console) -> None:
     claim_workdir(workdir)
     data, crons = lay_out(workdir / "ql-data")
-    database_url = f"sqlite:///{(workdir / 'bridge.sqlite').resolve()}"
-    engine = make_engine(database_url)
-    upgrade(engine)
-    engine.dispose()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    database_url = migrated(f"sqlite:///{(workdir / 'bridge.sqlite').resolve()}")
     with Legacy2xDouble(data).start() as double:
-        env = serve_env(port, double.url, data.root, database_url, BRIDGE_SHADOW_BUDGET_MS="500")
-        console.print(f"2.x double on {double.url}; bridge on {url}; 2.x data in {data.root}")
-        with bridge_process(env, url), httpx.Client(base_url=url, timeout=10) as client:
+        with serving_bridge(double.url, data.root, database_url, BRIDGE_SHADOW_BUDGET_MS="500") as url, \
+                httpx.Client(base_url=url, timeout=10) as client:
+            console.print(f"2.x double on {double.url}; bridge on {url}; 2.x data in {data.root}")
             shell = Shell(client, data.system_token)
             steps = scenarios(shell, double, crons, int(time.time()))
             with Progress(console=console, transient=False) as progress:

@@ -12,9 +12,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from bridge.demo import Shell, bridge_process, free_port, serve_env
+from bridge.demo import Shell, migrated, serving_bridge
 from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import POSTGRES_URL_VAR, postgres_required
@@ -73,17 +72,10 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         admin = create_engine(database_url, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    engine = make_engine(database_url, pg_search_path=schema)
-    upgrade(engine)
-    engine.dispose()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    migrated(database_url, schema=schema)
     with Legacy2xDouble(data).start() as double:
-        env = serve_env(port, double.url, data.root, database_url, BRIDGE_SHADOW_BUDGET_MS="2000",
-                        BRIDGE_DATA_DIR=str(root))
-        if schema:
-            env["BRIDGE_DATABASE_SCHEMA"] = schema
-        with bridge_process(env, url):
+        with serving_bridge(double.url, data.root, database_url, BRIDGE_SHADOW_BUDGET_MS="2000",
+                            BRIDGE_DATA_DIR=str(root), schema=schema) as url:
             yield LiveBridge(url, data, double, database_url, schema, store_path)
     if schema:
         with admin.connect() as conn:

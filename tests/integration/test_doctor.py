@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.demo import free_port
-from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
+from bridge.demo import free_port, migrated
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 
@@ -37,10 +35,7 @@ def install(tmp_path: Path) -> Iterator[tuple[LegacyDataDir, Legacy2xDouble, int
 
 def doctor(tmp_path: Path, data: LegacyDataDir, double: Legacy2xDouble,
            listen_port: int = 5700) -> subprocess.CompletedProcess[str]:
-    store = f"sqlite:///{tmp_path / 'bridge.sqlite'}"
-    engine = make_engine(store)
-    upgrade(engine)
-    engine.dispose()
+    store = migrated(f"sqlite:///{tmp_path / 'bridge.sqlite'}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")}
     env |= {"BRIDGE_DATABASE_URL": store, "BRIDGE_DATA_DIR": str(tmp_path), "BRIDGE_LEGACY_DATA_DIR": str(data.root),
             "BRIDGE_LEGACY_URL": double.url, "BRIDGE_LISTEN": f"0.0.0.0:{listen_port}", "BRIDGE_LEGACY_TZ": "UTC"}

@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from bridge.config import Settings
-from bridge.demo import Shell, bridge_process, free_port, serve_env
+from bridge.demo import Shell, migrated, serving_bridge
 from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
 from bridge.storage.reconcile_queries import ReconcileStore
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
@@ -151,19 +150,13 @@ def test_a_cold_bridge_serve_starts_and_forwards_in_front_of_a_hot_journal(tmp_p
     cron = data.add_cron("served", "task served.sh", "0 * * * *")
     for i in range(30):
         data.add_cron(f"filler {i}", f"task filler{i}.sh", "0 * * * *")
-    database_url = f"sqlite:///{tmp_path / 'bridge.sqlite'}"
-    engine = make_engine(database_url)
-    upgrade(engine)
-    engine.dispose()
+    database_url = migrated(f"sqlite:///{tmp_path / 'bridge.sqlite'}")
     data.leave_hot_journal()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     with Legacy2xDouble(data).start() as double:
-        env = serve_env(port, double.url, data.root, database_url, BRIDGE_SHADOW_BUDGET_MS="2000",
-                        BRIDGE_DATA_DIR=str(tmp_path))
         journal = data.database_path.with_name("database.sqlite-journal")
         assert journal.is_file()
-        with bridge_process(env, url), httpx.Client(base_url=url, timeout=10) as client:
+        with serving_bridge(double.url, data.root, database_url, BRIDGE_SHADOW_BUDGET_MS="2000",
+                            BRIDGE_DATA_DIR=str(tmp_path)) as url, httpx.Client(base_url=url, timeout=10) as client:
             shell = Shell(client, data.system_token)
             assert shell.status(cron, 0, 51, "s.log", BEGIN) == 200
             assert shell.status(cron, 1, 51, "s.log", BEGIN, 3, 0) == 200

@@ -7,9 +7,7 @@ from typing import Any
 
 import httpx
 
-from bridge.demo import Shell, bridge_process, free_port, serve_env
-from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
+from bridge.demo import Shell, migrated, serving_bridge
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
@@ -51,17 +49,12 @@ def test_the_same_traffic_with_and_without_the_bridge_leaves_2x_in_the_same_stat
     direct_data, direct, crons = setup_double(tmp_path / "direct")
     bridged_data, bridged, same_crons = setup_double(tmp_path / "bridged")
     assert crons == same_crons
-    store = f"sqlite:///{tmp_path / 'bridge.sqlite'}"
-    engine = make_engine(store)
-    upgrade(engine)
-    engine.dispose()
-    port = free_port()
-    env = serve_env(port, bridged.url, bridged_data.root, store, BRIDGE_DATA_DIR=str(tmp_path))
+    store = migrated(f"sqlite:///{tmp_path / 'bridge.sqlite'}")
     try:
         with httpx.Client(base_url=direct.url, timeout=10) as client:
             traffic(Shell(client, direct_data.system_token), crons)
-        with bridge_process(env, f"http://127.0.0.1:{port}"), \
-                httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        with serving_bridge(bridged.url, bridged_data.root, store, BRIDGE_DATA_DIR=str(tmp_path)) as url, \
+                httpx.Client(base_url=url, timeout=10) as client:
             traffic(Shell(client, bridged_data.system_token), crons)
     finally:
         direct.stop()

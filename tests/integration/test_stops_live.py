@@ -22,7 +22,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
+from bridge.demo import CURL_HEADERS, serving_bridge
 from bridge.jobs.reconcile import Reconciler, ReconcileSettings
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
@@ -55,14 +55,9 @@ class StopWorld:
     stack: ExitStack = field(default_factory=ExitStack)
 
     def start_bridge(self, window_s: int = WINDOW_S) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = serve_env(port, self.double.url, self.data.root, self.database_url, origins=ALL_ORIGINS,
-                        BRIDGE_SHADOW_BUDGET_MS="2000", BRIDGE_DATA_DIR=str(self.root),
-                        BRIDGE_STOP_DECISION_WINDOW_S=str(window_s))
-        if self.schema:
-            env["BRIDGE_DATABASE_SCHEMA"] = self.schema
-        self.stack.enter_context(bridge_process(env, self.url))
+        self.url = self.stack.enter_context(serving_bridge(
+            self.double.url, self.data.root, self.database_url, origins=ALL_ORIGINS, BRIDGE_SHADOW_BUDGET_MS="2000",
+            BRIDGE_DATA_DIR=str(self.root), BRIDGE_STOP_DECISION_WINDOW_S=str(window_s), schema=self.schema))
 
     def stop_bridge(self) -> None:
         self.stack.close()

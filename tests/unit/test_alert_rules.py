@@ -16,9 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
-from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
+from bridge.demo import CURL_HEADERS, migrated, serving_bridge
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
@@ -116,17 +114,11 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("alerts")
     data = create_legacy_data_dir(root / "ql")
     cron = data.add_cron("alerts", "task alerts.sh", "* * * * *")
-    store = f"sqlite:///{root / 'bridge.sqlite'}"
-    engine = make_engine(store)
-    upgrade(engine)
-    engine.dispose()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    store = migrated(f"sqlite:///{root / 'bridge.sqlite'}")
     headers = {**CURL_HEADERS, "Authorization": f"Bearer {data.system_token}"}
     with Legacy2xDouble(data).start() as double:
-        env = serve_env(port, double.url, data.root, store, BRIDGE_DATA_DIR=str(root),
-                        BRIDGE_RECONCILE_INTERVAL_S="5", BRIDGE_RECONCILE_GRACE_S="0")
-        with bridge_process(env, url):
+        with serving_bridge(double.url, data.root, store, BRIDGE_DATA_DIR=str(root),
+                            BRIDGE_RECONCILE_INTERVAL_S="5", BRIDGE_RECONCILE_GRACE_S="0") as url:
             time.sleep(1.01 - time.time() % 1)  # begun in a second after the flags were seeded, so judged
             begin = int(time.time())
             for target, pid in ((url, 501), (double.url, 502)):  # through the bridge, then around it
