@@ -30,13 +30,10 @@ import json
 import platform
 import sqlite3
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -54,8 +51,6 @@ from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
 from bridge.service.run_service import RunService
 from bridge.service.step_runs import StepRunService
-from bridge.storage.engine import make_engine
-from bridge.storage.migrate import upgrade
 from bridge.storage.schema import STEP_RUN_MIRROR, run_events_table, step_run_mutations_table
 from bridge.storage.step_runs import (
     IDLE_IN_TRANSACTION_TIMEOUT_MS,
@@ -63,15 +58,11 @@ from bridge.storage.step_runs import (
     STATEMENT_TIMEOUT_MS,
     SqlStepRunRepository,
 )
-from bridge.storage.unit_of_work import SqlUnitOfWork
+from tests.bench import bench_run_service
 from tests.bench.bench_run_service import (
     DEFAULT_PG_URL,
-    PG_STATEMENT_TIMEOUT_MS,
-    SQLITE_BUSY_TIMEOUT_MS,
-    _libpq_conninfo,
     _pg_trace,
     _round_trips,
-    _sqlite_raw_connect,
     block_sizes,
     pct,
 )
@@ -299,53 +290,23 @@ class Env:
         return fence
 
 
+def step_env(base: bench_run_service.Env) -> Env:
+    """The StepRun sides on bench_run_service's fresh, migrated store and its raw driver connection."""
+    return Env(base.name, base.engine, StepRunService(SqlStepRunRepository(base.engine), clock=SystemClock()),
+               base.svc, RawStepRuns(base.raw_conn, placeholder=base.placeholder, postgres=base.name == "postgres"),
+               base.info["store"])
+
+
 @contextmanager
 def sqlite_env() -> Iterator[Env]:
-    with tempfile.TemporaryDirectory(prefix="bench-step-runs-") as tmp:
-        path = Path(tmp) / "bridge.sqlite"
-        engine = make_engine(f"sqlite:///{path}", sqlite_busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS)
-        raw_conn = None
-        try:
-            upgrade(engine)
-            raw_conn = _sqlite_raw_connect(path)
-            svc = StepRunService(SqlStepRunRepository(engine), clock=SystemClock())
-            yield Env("sqlite", engine, svc, RunService(SqlUnitOfWork(engine), clock=SystemClock()),
-                      RawStepRuns(raw_conn, placeholder="?", postgres=False),
-                      f"SQLite {sqlite3.sqlite_version} file (WAL, synchronous=NORMAL) in a temp dir")
-        finally:
-            if raw_conn is not None:
-                raw_conn.close()
-            engine.dispose()
+    with bench_run_service.sqlite_env() as base:
+        yield step_env(base)
 
 
 @contextmanager
 def postgres_env(url: str) -> Iterator[Env]:
-    conninfo = _libpq_conninfo(url)
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    admin = psycopg.connect(conninfo, autocommit=True, connect_timeout=5)
-    engine, raw_conn = None, None
-    try:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-        engine = make_engine(url, pg_statement_timeout_ms=PG_STATEMENT_TIMEOUT_MS, pg_search_path=schema)
-        upgrade(engine)
-        options = (f"-c statement_timeout={PG_STATEMENT_TIMEOUT_MS} -c lock_timeout={PG_STATEMENT_TIMEOUT_MS} "
-                   f"-c search_path={schema}")
-        raw_conn = psycopg.connect(conninfo, connect_timeout=5, options=options)
-        svc = StepRunService(SqlStepRunRepository(engine), clock=SystemClock())
-        version = admin.info.server_version
-        yield Env("postgres", engine, svc, RunService(SqlUnitOfWork(engine), clock=SystemClock()),
-                  RawStepRuns(raw_conn, placeholder="%s", postgres=True),
-                  f"PostgreSQL {version // 10000}.{version % 10000} at {admin.info.host}:{admin.info.port}, "
-                  f"fresh schema {schema} (dropped afterwards)")
-    finally:
-        if raw_conn is not None:
-            raw_conn.close()
-        if engine is not None:
-            engine.dispose()
-        try:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            admin.close()
+    with bench_run_service.postgres_env(url) as base:
+        yield step_env(base)
 
 
 # --- Measurement, audit, row shapes --------------------------------------------------------------------------
