@@ -14,7 +14,6 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from bridge.service.shadow import CallbackFacts, PendingEnd
-from bridge.storage.runs import SqlRunStore
 from bridge.storage.schema import pending_ends_table
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 
@@ -22,20 +21,13 @@ _T = pending_ends_table
 R = TypeVar("R")
 
 
-class _PendingRows(SqlRunStore):
-    """The connection of one unit-of-work transaction, for the kept ends (the importer's pattern)."""
-
-    def __init__(self, conn: Connection) -> None:
-        super().__init__(conn)
-        self.pending_conn = conn
-
-
 class SqlPendingEnds:
     """bridge.service.shadow.PendingEndStore over SQLite or PostgreSQL."""
 
     def __init__(self, engine: Engine, *, busy_budget_ms: int = 400, outcomes: WriteOutcomes | None = None) -> None:
-        self._uow = SqlUnitOfWork(engine, busy_budget_ms=busy_budget_ms, outcomes=outcomes,
-                                  store_factory=_PendingRows)
+        # Each transaction hands out its bare connection: the kept ends are one table, not the Run store.
+        self._uow: SqlUnitOfWork[Connection] = SqlUnitOfWork(engine, busy_budget_ms=busy_budget_ms, outcomes=outcomes,
+                                                             store_factory=_connection)
         self._insert = postgresql_insert if engine.dialect.name == "postgresql" else sqlite_insert
 
     def add(self, end: PendingEnd) -> bool:
@@ -60,7 +52,7 @@ class SqlPendingEnds:
         if not run_ids:
             return set()
         stmt = select(_T.c.run_id).where(_T.c.run_id.in_(sorted(set(run_ids))))
-        return set(self._uow.read(lambda rows: [r[0] for r in rows.pending_conn.execute(stmt)]))
+        return set(self._uow.read(lambda conn: [r[0] for r in conn.execute(stmt)]))
 
     def postpone(self, end_id: int, due_at_ms: int) -> None:
         stmt = update(_T).where(_T.c.id == end_id).values(due_at_ms=due_at_ms, attempts=_T.c.attempts + 1)
@@ -72,10 +64,14 @@ class SqlPendingEnds:
             self._write(lambda conn: conn.execute(stmt))
 
     def _write(self, work: Callable[[Connection], R]) -> R:
-        return self._uow.write(lambda rows: work(rows.pending_conn))
+        return self._uow.write(work)
 
     def _rows(self, stmt: Any) -> list[PendingEnd]:
-        return self._uow.read(lambda rows: [_end(dict(r._mapping)) for r in rows.pending_conn.execute(stmt)])
+        return self._uow.read(lambda conn: [_end(dict(r._mapping)) for r in conn.execute(stmt)])
+
+
+def _connection(conn: Connection) -> Connection:
+    return conn
 
 
 def _end(row: dict[str, Any]) -> PendingEnd:
