@@ -177,8 +177,9 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
             reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
             clock = SystemClock()
             job = _recovering_first(reconciler, store, metrics) if recovery_deferred else reconciler.run_once
+            prunes = bookkeeping_prunes(store.engine)
             scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
-                                                 lambda: run_housekeeping(store.engine, clock.now_ms()),
+                                                 lambda: run_housekeeping(prunes, clock.now_ms()),
                                                  INTERVAL_S)
             container.closers.append(lambda: scheduler.shutdown(wait=True))
     return container
@@ -310,3 +311,12 @@ def build_projector(engine: Engine, legacy_database_path: Any, metrics: Any, clo
 
     return Projector(SqlOutbox(engine), LegacyStatusWriter(legacy_database_path), metrics, clock or SystemClock(),
                      **options)
+
+
+def bookkeeping_prunes(engine: Engine) -> dict[str, Any]:
+    """What housekeeping deletes with (bridge.jobs.housekeeping.TABLES): applied outbox rows, old passes."""
+    from bridge.storage.outbox import SqlOutbox
+    from bridge.storage.reconcile_queries import ReconcileStore
+
+    return {"projection_outbox": SqlOutbox(engine).prune_applied,
+            "reconcile_passes": ReconcileStore(engine).prune_passes}

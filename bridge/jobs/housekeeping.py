@@ -9,13 +9,9 @@ events and mismatches are the record and are never pruned here. Scheduled hourly
 from __future__ import annotations
 
 import logging
-
-from sqlalchemy import Engine
+from collections.abc import Callable, Mapping
 
 from bridge.domain.errors import BridgeError
-from bridge.service.reconcile import PassHistory
-from bridge.storage.outbox import SqlOutbox
-from bridge.storage.reconcile_queries import ReconcileStore
 
 log = logging.getLogger("bridge.jobs.housekeeping")
 
@@ -23,16 +19,19 @@ RETENTION_MS = 7 * 86_400_000
 INTERVAL_S = 3600
 BATCH = 1000  # rows per transaction: a short write lock on SQLite
 MAX_BATCHES = 50  # per table and run; a backlog (a first run after an upgrade) drains over a few hours
+# Deletes rows older than its first argument (ms), at most its second, in one transaction; returns how many.
+Prune = Callable[[int, int], int]
+TABLES = ("projection_outbox", "reconcile_passes")  # what the composition root hands in, by table
 
 
-def prune_bookkeeping(engine: Engine, now_ms: int, *, retention_ms: int = RETENTION_MS, batch: int = BATCH,
-                      max_batches: int = MAX_BATCHES) -> dict[str, int]:
-    """Delete applied outbox rows and reconcile passes older than ``retention_ms``; returns rows deleted."""
+def prune_bookkeeping(prunes: Mapping[str, Prune], now_ms: int, *, retention_ms: int = RETENTION_MS,
+                      batch: int = BATCH, max_batches: int = MAX_BATCHES) -> dict[str, int]:
+    """Delete applied outbox rows and reconcile passes older than ``retention_ms`` with the ``prunes`` of
+    TABLES (bridge.bootstrap.bookkeeping_prunes); returns rows deleted by table."""
     before = now_ms - retention_ms
-    passes: PassHistory = ReconcileStore(engine)
-    steps = {"projection_outbox": SqlOutbox(engine).prune_applied, "reconcile_passes": passes.prune_passes}
-    removed = {name: 0 for name in steps}
-    for name, prune in steps.items():
+    removed = {name: 0 for name in TABLES}
+    for name in TABLES:
+        prune = prunes[name]
         for _ in range(max_batches):
             deleted = prune(before, batch)
             removed[name] += deleted
@@ -44,10 +43,10 @@ def prune_bookkeeping(engine: Engine, now_ms: int, *, retention_ms: int = RETENT
     return removed
 
 
-def run_housekeeping(engine: Engine, now_ms: int) -> None:
+def run_housekeeping(prunes: Mapping[str, Prune], now_ms: int) -> None:
     """The scheduled job: a failure is logged by its code and retried at the next run, never raised."""
     try:
-        prune_bookkeeping(engine, now_ms)
+        prune_bookkeeping(prunes, now_ms)
     except Exception as exc:  # noqa: BLE001 - a scheduled job must not take the scheduler down
         kind = exc.code if isinstance(exc, BridgeError) else type(exc).__name__  # never the message: paths
         log.warning("housekeeping failed: %s (will retry)", kind)

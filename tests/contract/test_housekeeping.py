@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select
 
+from bridge.bootstrap import bookkeeping_prunes
 from bridge.jobs.housekeeping import prune_bookkeeping, run_housekeeping
 from bridge.jobs.schedule import start_reconcile_schedule
 from bridge.storage.engine import make_engine
@@ -51,7 +52,7 @@ def test_only_applied_outbox_rows_past_retention_are_deleted(sql_backend: Backen
     kept = {_outbox_row(engine, "applied", RECENT_MS), _outbox_row(engine, "pending", OLD_MS),
             _outbox_row(engine, "parked", OLD_MS)}
 
-    removed = prune_bookkeeping(engine, NOW_MS, retention_ms=RETENTION_MS, batch=2)
+    removed = prune_bookkeeping(bookkeeping_prunes(engine), NOW_MS, retention_ms=RETENTION_MS, batch=2)
 
     assert removed["projection_outbox"] == len(old_applied)  # two batches: 2, then 1
     assert _ids(engine, projection_outbox_table) == kept
@@ -63,8 +64,8 @@ def test_each_run_deletes_at_most_its_batches(sql_backend: Backend) -> None:
     for i in range(5):
         _outbox_row(engine, "applied", OLD_MS - i)
 
-    first = prune_bookkeeping(engine, NOW_MS, retention_ms=RETENTION_MS, batch=2, max_batches=2)
-    second = prune_bookkeeping(engine, NOW_MS, retention_ms=RETENTION_MS, batch=2, max_batches=2)
+    first = prune_bookkeeping(bookkeeping_prunes(engine), NOW_MS, retention_ms=RETENTION_MS, batch=2, max_batches=2)
+    second = prune_bookkeeping(bookkeeping_prunes(engine), NOW_MS, retention_ms=RETENTION_MS, batch=2, max_batches=2)
 
     assert (first["projection_outbox"], second["projection_outbox"]) == (4, 1)
     assert _ids(engine, projection_outbox_table) == set()
@@ -77,7 +78,7 @@ def test_old_reconcile_passes_go_with_their_scratch_rows_and_the_latest_pass_sta
     _pass(engine, OLD_MS - 1)
     latest_old = _pass(engine, OLD_MS)  # the reconciler has been off for over a week
 
-    removed = prune_bookkeeping(engine, NOW_MS, retention_ms=RETENTION_MS)
+    removed = prune_bookkeeping(bookkeeping_prunes(engine), NOW_MS, retention_ms=RETENTION_MS)
 
     assert removed["reconcile_passes"] == 2
     assert _ids(engine, reconcile_passes_table) == {latest_old}
@@ -87,7 +88,7 @@ def test_old_reconcile_passes_go_with_their_scratch_rows_and_the_latest_pass_sta
     assert last is not None and last["id"] == latest_old
 
     recent = _pass(engine, RECENT_MS)
-    assert prune_bookkeeping(engine, NOW_MS, retention_ms=RETENTION_MS)["reconcile_passes"] == 1
+    assert prune_bookkeeping(bookkeeping_prunes(engine), NOW_MS, retention_ms=RETENTION_MS)["reconcile_passes"] == 1
     assert _ids(engine, reconcile_passes_table) == {recent}
 
 
@@ -106,7 +107,7 @@ def test_a_failing_run_is_logged_by_its_kind_and_never_raised(tmp_path: Any, cap
     engine = make_engine(f"sqlite:///{tmp_path}/missing-dir/bridge.sqlite")  # cannot be opened
     try:
         with caplog.at_level(logging.WARNING, logger="bridge.jobs.housekeeping"):
-            run_housekeeping(engine, NOW_MS)
+            run_housekeeping(bookkeeping_prunes(engine), NOW_MS)
     finally:
         engine.dispose()
     assert [r.getMessage() for r in caplog.records] == ["housekeeping failed: OperationalError (will retry)"]
