@@ -37,12 +37,12 @@ class StoreReaders:
 
 def build_readers(engine: Engine) -> StoreReaders:
     from bridge.storage.queries import SqlRunQueries
-    from bridge.storage.reconcile_queries import ReconcileStore
+    from bridge.storage.reconcile_queries import SqlReconcileStore
     from bridge.storage.seam_queries import recent_coverage
     from bridge.storage.step_run_queries import SqlStepRunReader
 
     return StoreReaders(runs=SqlRunQueries(engine), step_runs=SqlStepRunReader(engine),
-                        last_pass=ReconcileStore(engine).last_pass,
+                        last_pass=SqlReconcileStore(engine).last_pass,
                         coverage=partial(recent_coverage, engine))
 
 
@@ -193,9 +193,11 @@ def recover_unfinished_runs(settings: Settings, store: Store) -> Any:
 
 def _recover(store: Store, reader: Any, metrics: BridgeMetrics | None) -> Any:
     from bridge.jobs.recovery import recover_on_startup
-    from bridge.storage.reconcile_queries import ReconcileStore
+    from bridge.storage.pending_ends import SqlPendingEnds
+    from bridge.storage.reconcile_queries import SqlReconcileStore
 
-    return recover_on_startup(ReconcileStore(store.engine), store.runs, reader, metrics=metrics)
+    return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, SqlPendingEnds(store.engine),
+                              metrics=metrics)
 
 
 def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
@@ -214,11 +216,13 @@ def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> 
 def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService,
                      modes: ModeSource | None = None, *, reader: Any = None) -> Any:
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
-    from bridge.storage.reconcile_queries import ReconcileStore
+    from bridge.storage.pending_ends import SqlPendingEnds
+    from bridge.storage.reconcile_queries import SqlReconcileStore
 
     return Reconciler(
-        ReconcileStore(store.engine), store.runs, reader or _legacy_reader(settings), modes or CachedModes(flags),
-        metrics, SystemClock(), scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        SqlReconcileStore(store.engine), store.runs, reader or _legacy_reader(settings), modes or CachedModes(flags),
+        metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine), scheduler_mode=_scheduler_mode(settings),
+        tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s))
@@ -316,7 +320,7 @@ def build_projector(engine: Engine, legacy_database_path: Any, metrics: Any, clo
 def bookkeeping_prunes(engine: Engine) -> dict[str, Any]:
     """What housekeeping deletes with (bridge.jobs.housekeeping.TABLES): applied outbox rows, old passes."""
     from bridge.storage.outbox import SqlOutbox
-    from bridge.storage.reconcile_queries import ReconcileStore
+    from bridge.storage.reconcile_queries import SqlReconcileStore
 
     return {"projection_outbox": SqlOutbox(engine).prune_applied,
-            "reconcile_passes": ReconcileStore(engine).prune_passes}
+            "reconcile_passes": SqlReconcileStore(engine).prune_passes}

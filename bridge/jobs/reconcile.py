@@ -19,10 +19,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import BridgeError
@@ -34,9 +33,8 @@ from bridge.metrics import BridgeMetrics
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.reconcile import ReconcileStore
 from bridge.service.run_service import RunService
-from bridge.service.shadow import ShadowRecorder
+from bridge.service.shadow import PendingEndStore, ShadowRecorder
 from bridge.storage.errors import translate_operational_error
-from bridge.storage.pending_ends import SqlPendingEnds
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key as run_key
 from legacy_adapters.origin import infer_scheduled_origin
@@ -87,13 +85,6 @@ class PassResult:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-class EngineReconcileStore(ReconcileStore, Protocol):
-    """The reconcile port as the composition root builds it: the Reconciler also reads the ends kept for a stop
-    decision (SqlPendingEnds) through its engine."""
-
-    engine: Engine
-
-
 def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
@@ -112,14 +103,14 @@ def failure_code(exc: BaseException) -> str:
 
 
 class Reconciler:
-    def __init__(self, store: EngineReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
-                 metrics: BridgeMetrics, clock: Clock, *, scheduler_mode: str, tz: ZoneInfo,
-                 enabled_since: Callable[[str], int | None] = lambda origin: 0,
+    def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
+                 metrics: BridgeMetrics, clock: Clock, *, kept_ends: PendingEndStore, scheduler_mode: str,
+                 tz: ZoneInfo, enabled_since: Callable[[str], int | None] = lambda origin: 0,
                  settings: ReconcileSettings | None = None, probe: ProcProbe | None = None) -> None:
         self._store = store
         self._runs = runs
         self._recorder = ShadowRecorder(runs)
-        self._pending = SqlPendingEnds(store.engine)  # Runs whose kept end the stop decider settles
+        self._pending = kept_ends  # Runs whose kept end the stop decider settles
         self._reader = reader
         self._modes = modes
         self._metrics = metrics

@@ -22,10 +22,9 @@ from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.jobs.stop_decisions import StopDecisions, instance_of, legacy_stop_code
 from bridge.service.clock import SystemClock
+from bridge.service.reconcile import UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PendingEndStore, ShadowRecorder
-from bridge.storage.pending_ends import SqlPendingEnds
-from bridge.storage.reconcile_queries import ReconcileStore, active_legacy_runs
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyInstance, LegacyReader
@@ -41,24 +40,22 @@ class RecoveryMetrics(Protocol):
     def legacy_database_unavailable(self, state: str, use: str) -> None: ...
 
 
-def recover_on_startup(store: ReconcileStore, runs: RunService, reader: LegacyReader,
+def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyReader, pending: PendingEndStore,
                        probe: ProcProbe | None = None, *, max_pages: int = 32,
                        metrics: RecoveryMetrics | None = None) -> Counter[str]:
     """Check each non-terminal legacy-owned Run once; returns how many ended in each outcome.
 
     Never raises for 2.x's database: Runs it cannot read for are counted as ``deferred:<state>`` (the
     DatabaseState code) and left untouched, so calling it again once 2.x's database reads settles them.
-    ``store`` is the storage class itself, not the bridge.service.reconcile port: recovery pages through
-    storage's ``active_legacy_runs`` and reads the kept ends through its engine, and uses none of the port.
+    ``pending`` holds the ends kept for a stop decision: those whose window is over are decided first.
     """
     probe = probe or ProcProbe()
-    pending = SqlPendingEnds(store.engine)
     outcomes: Counter[str] = Counter({f"stop_decision:{kind}": n
                                       for kind, n in _decide_kept_ends(runs, reader, pending).items()})
     cursor: tuple[int, str] = (-1, "")
     unavailable: str | None = None  # once 2.x's database failed a read, this call reads it no more
     for _ in range(max_pages):
-        page = active_legacy_runs(store, cursor, PAGE)
+        page = store.active_legacy_runs(cursor, PAGE)
         if not page:
             break
         waiting = pending.waiting_runs([run["id"] for run in page])

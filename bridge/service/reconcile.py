@@ -1,4 +1,4 @@
-"""The reconcile passes' port on the bridge store (implemented by bridge.storage.reconcile_queries.ReconcileStore):
+"""The reconcile passes' port on the bridge store (implemented by bridge.storage.reconcile_queries.SqlReconcileStore):
 one reconciler at a time, the pass history, the reconciler's open mismatches, and the bounded lookups a pass
 compares 2.x's rows with.
 
@@ -84,3 +84,12 @@ class ReconcileLookups(Protocol):
 
 class ReconcileStore(ReconcileLock, PassHistory, ReconcilerMismatches, ReconcileLookups, Protocol):
     """Everything one reconcile pass uses of the bridge store."""
+
+
+class UnfinishedRuns(Protocol):
+    """What startup recovery pages through: the legacy-owned shadow Runs still open."""
+
+    def active_legacy_runs(self, after: tuple[int, str], limit: int) -> list[dict[str, Any]]:
+        """Non-terminal legacy-owned Runs (imported history excluded) with Attempt 1's id, status and executor
+        handle, keyset by (created_at_ms, id) after ``after``, at most ``limit``."""
+        ...

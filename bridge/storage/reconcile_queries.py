@@ -36,7 +36,7 @@ RECONCILER_KINDS = ("missing", "orphan", "duplicate", "stuck", "active_state", "
 _RESOLVE_CHUNK = 500  # mismatch ids per UPDATE: well under any driver's bound-parameter limit
 
 
-class ReconcileStore:
+class SqlReconcileStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
@@ -221,16 +221,15 @@ class ReconcileStore:
             conn.execute(insert(t).values(name="reconciler", holder=holder, expires_at_ms=now_ms + lease_ms))
             return True
 
-
-def active_legacy_runs(store: ReconcileStore, after: tuple[int, str], limit: int) -> list[dict[str, Any]]:
-    """Non-terminal legacy-owned shadow Runs with attempt 1, keyset by (created_at_ms, id)."""
-    r, a = runs_table, run_attempts_table
-    stmt = (select(r.c.id, r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref, r.c.started_at_ms, r.c.created_at_ms,
-                   r.c.status, r.c.origin, a.c.id.label("attempt_id"), a.c.status.label("attempt_status"),
-                   a.c.executor_handle)
-            .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
-            .where(r.c.status.notin_(_TERMINAL), r.c.owner == "legacy", r.c.mode != IMPORTED_MODE,
-                   or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
-            .order_by(r.c.created_at_ms, r.c.id).limit(limit))
-    with store.read() as conn:
-        return [dict(row._mapping) for row in conn.execute(stmt)]
+    def active_legacy_runs(self, after: tuple[int, str], limit: int) -> list[dict[str, Any]]:
+        """Non-terminal legacy-owned shadow Runs with attempt 1, keyset by (created_at_ms, id)."""
+        r, a = runs_table, run_attempts_table
+        stmt = (select(r.c.id, r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref, r.c.started_at_ms, r.c.created_at_ms,
+                       r.c.status, r.c.origin, a.c.id.label("attempt_id"), a.c.status.label("attempt_status"),
+                       a.c.executor_handle)
+                .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
+                .where(r.c.status.notin_(_TERMINAL), r.c.owner == "legacy", r.c.mode != IMPORTED_MODE,
+                       or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
+                .order_by(r.c.created_at_ms, r.c.id).limit(limit))
+        with self.read() as conn:
+            return [dict(row._mapping) for row in conn.execute(stmt)]

@@ -601,11 +601,11 @@ def child_main(spec: dict[str, Any]) -> None:
     from bridge.metrics import BridgeMetrics
     from bridge.service.clock import SystemClock
     from bridge.service.run_service import RunService
-    from bridge.storage.reconcile_queries import ReconcileStore
+    from bridge.storage.reconcile_queries import SqlReconcileStore
     from bridge.storage.unit_of_work import SqlUnitOfWork
 
     engine = make_engine(spec["url"], pg_search_path=spec.get("schema"))
-    store = ReconcileStore(engine)
+    store = SqlReconcileStore(engine)
     runs = RunService(SqlUnitOfWork(engine), clock=SystemClock())
     reader = LegacyReader(spec["legacy_db"])
     times = Breakdown()
@@ -618,8 +618,11 @@ def child_main(spec: dict[str, Any]) -> None:
         runs.change = times.wrap("mismatch events (RunService.change)", runs.change)  # type: ignore[method-assign]
         for name in ("run_key", "compare_ended", "compare_running", "compare_cron", "infer_scheduled_origin"):
             setattr(reconciler_module, name, times.wrap(f"{name} (rules)", getattr(reconciler_module, name)))
+    from bridge.storage.pending_ends import SqlPendingEnds
+
     reconciler = Reconciler(store, runs, reader, StaticModes(ALL_ORIGINS), BridgeMetrics(), SystemClock(),
-                            scheduler_mode="system", tz=UTC, settings=ReconcileSettings(**SETTINGS))
+                            kept_ends=SqlPendingEnds(engine), scheduler_mode="system", tz=UTC,
+                            settings=ReconcileSettings(**SETTINGS))
     failure: list[str] = []
     inner_pass = reconciler._pass
 

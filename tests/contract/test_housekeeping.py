@@ -12,7 +12,7 @@ from bridge.bootstrap import bookkeeping_prunes
 from bridge.jobs.housekeeping import prune_bookkeeping, run_housekeeping
 from bridge.jobs.schedule import start_reconcile_schedule
 from bridge.storage.engine import make_engine
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import projection_outbox_table, reconcile_passes_table, reconcile_seen_table
 from tests.conftest import Backend
 
@@ -84,7 +84,7 @@ def test_old_reconcile_passes_go_with_their_scratch_rows_and_the_latest_pass_sta
     assert _ids(engine, reconcile_passes_table) == {latest_old}
     with engine.connect() as conn:
         assert conn.execute(select(reconcile_seen_table).where(reconcile_seen_table.c.pass_id == died)).all() == []
-    last = ReconcileStore(engine).last_pass()
+    last = SqlReconcileStore(engine).last_pass()
     assert last is not None and last["id"] == latest_old
 
     recent = _pass(engine, RECENT_MS)

@@ -8,24 +8,24 @@ from pathlib import Path
 import pytest
 
 from bridge.storage.engine import make_engine
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from tests.bench.stores import fresh_store
 from tests.conftest import Backend
 
 
 @pytest.fixture
-def other_schema_store(postgres_url: str, tmp_path: Path) -> Iterator[ReconcileStore]:
+def other_schema_store(postgres_url: str, tmp_path: Path) -> Iterator[SqlReconcileStore]:
     with fresh_store("postgres", tmp_path, postgres_url, name="other") as (url, schema):
         engine = make_engine(url, pg_search_path=schema)
-        yield ReconcileStore(engine)
+        yield SqlReconcileStore(engine)
         engine.dispose()
 
 
 @pytest.mark.postgres
 def test_one_pass_at_a_time_per_store_and_stores_in_other_schemas_do_not_wait(
-        postgres_backend: Backend, other_schema_store: ReconcileStore) -> None:
+        postgres_backend: Backend, other_schema_store: SqlReconcileStore) -> None:
     assert postgres_backend.engine is not None
-    mine, replica = ReconcileStore(postgres_backend.engine), ReconcileStore(postgres_backend.engine)
+    mine, replica = SqlReconcileStore(postgres_backend.engine), SqlReconcileStore(postgres_backend.engine)
     with mine.singleton("a", 0, 60_000) as held:
         assert held
         with replica.singleton("b", 0, 60_000) as also:

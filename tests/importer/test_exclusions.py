@@ -15,7 +15,8 @@ from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.pending_ends import SqlPendingEnds
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from legacy_adapters.reader import LegacyReader
 from tests.contract.lifecycle import ACTOR
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
@@ -34,13 +35,13 @@ def imported(env: ImportEnv) -> None:
 def test_the_reconciler_leaves_imported_history_alone(env: ImportEnv) -> None:
     imported(env)
     reconciler = Reconciler(
-        ReconcileStore(env.engine), RunService(env.backend.uow, clock=SystemClock()),  # type: ignore[arg-type]
+        SqlReconcileStore(env.engine), RunService(env.backend.uow, clock=SystemClock()),  # type: ignore[arg-type]
         LegacyReader(env.data.database_path), StaticModes(ALL), BridgeMetrics(), SystemClock(),
-        scheduler_mode="node", tz=ZoneInfo("UTC"),
+        kept_ends=SqlPendingEnds(env.engine), scheduler_mode="node", tz=ZoneInfo("UTC"),
         settings=ReconcileSettings(grace_s=0, lookback_s=366 * 86_400))
     result = reconciler.run_once()
     assert result.result == "ok" and result.stats["findings"] == 0
-    assert ReconcileStore(env.engine).open_mismatches() == []
+    assert SqlReconcileStore(env.engine).open_mismatches() == []
 
 
 def test_reports_count_imported_history_as_excluded_not_missing(env: ImportEnv) -> None:

@@ -21,7 +21,7 @@ from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
 from bridge.storage.imports import SqlImportStore
-from bridge.storage.reconcile_queries import ReconcileStore, active_legacy_runs
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.report_queries import ReportQueries
 from bridge.storage.runs import SqlRunStore
 from bridge.storage.schema import bridge_settings_table, run_events_table, runs_table, task_snapshots_table
@@ -151,7 +151,7 @@ def test_running_rows_become_active_shadow_runs_that_the_end_callback_closes(env
     assert (attempt["status"], attempt["pid"], attempt["log_artifact_id"]) == ("running", 777,
                                                                               log_path_digest(log_path))
     assert [e["type"] for e in env.events(run["id"])] == TERMINAL_PATH
-    assert active_legacy_runs(ReconcileStore(env.engine), (-1, ""), 10)[0]["id"] == run["id"]  # recovery sees it
+    assert SqlReconcileStore(env.engine).active_legacy_runs((-1, ""), 10)[0]["id"] == run["id"]  # recovery sees it
 
     recorder = ShadowRecorder(RunService(env.backend.uow, clock=SystemClock()))  # type: ignore[arg-type]
     end = CallbackFacts(cron_id=cron, pid=777, log_ref=log_path_digest(log_path), started_at_ms=(BEGIN_S + 1) * 1000,
@@ -378,10 +378,10 @@ def test_backup_copy_restarts_when_2x_writes_during_it_and_ends_consistent(env: 
 def test_imported_history_stays_out_of_reconciliation_and_reports(env: ImportEnv) -> None:
     history(env)
     do_import(env)
-    store = ReconcileStore(env.engine)
+    store = SqlReconcileStore(env.engine)
     assert store.unseen_runs(0, 0, 2**62, (-1, ""), 100) == []
     assert store.duplicate_groups(0, 100) == []
-    assert active_legacy_runs(store, (-1, ""), 100) == []
+    assert store.active_legacy_runs((-1, ""), 100) == []
     assert ReportQueries(env.engine).runs_created_by_origin(0, 2**62) == {}
 
 

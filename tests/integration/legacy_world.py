@@ -24,7 +24,7 @@ from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
 from bridge.service.shadow import ShadowRecorder
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from legacy_adapters.callbacks import log_path_digest, render_status_body
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
@@ -42,7 +42,7 @@ class Bridged:
 
     data: LegacyDataDir
     runs: RunService
-    store: ReconcileStore
+    store: SqlReconcileStore
     interceptor: ShadowInterceptor
     http: httpx.Client
 
@@ -96,7 +96,7 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
                                     budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
                                     stops=StopDecisions(recorder, reader, None, SystemClock()))
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield World(data=data, runs=runs, store=ReconcileStore(sql_backend.engine), interceptor=interceptor,
+        yield World(data=data, runs=runs, store=SqlReconcileStore(sql_backend.engine), interceptor=interceptor,
                     http=http, metrics=metrics)
     interceptor.close()
 

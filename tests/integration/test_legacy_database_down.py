@@ -14,7 +14,8 @@ import pytest
 from bridge.config import Settings
 from bridge.demo import Shell, migrated, serving_bridge
 from bridge.storage.engine import make_engine
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.pending_ends import SqlPendingEnds
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.reader import LegacyReader
@@ -132,13 +133,15 @@ def test_startup_recovery_against_a_hot_journal_defers_instead_of_failing_or_mar
     world.data.leave_hot_journal()
 
     reader = LegacyReader(world.data.database_path)
-    assert dict(recover_on_startup(world.store, world.runs, reader, metrics=world.metrics)) == {
+    assert dict(recover_on_startup(world.store, world.runs, reader, SqlPendingEnds(world.store.engine),
+                                   metrics=world.metrics)) == {
         "deferred:hot_journal": 1}
     assert world.run(cron, 45, "r.log") == ("running", False)  # untouched: nothing is known yet
     assert world.unavailable("hot_journal", use="recovery") == 1
 
     world.data.roll_back_hot_journal()
-    assert dict(recover_on_startup(world.store, world.runs, reader)) == {"completed": 1}
+    outcomes = recover_on_startup(world.store, world.runs, reader, SqlPendingEnds(world.store.engine))
+    assert dict(outcomes) == {"completed": 1}
     assert world.run(cron, 45, "r.log") == ("succeeded", False)
 
 
@@ -166,7 +169,7 @@ def test_a_cold_bridge_serve_starts_and_forwards_in_front_of_a_hot_journal(tmp_p
         assert not journal.exists()
     engine = make_engine(database_url)
     try:
-        store = ReconcileStore(engine)
+        store = SqlReconcileStore(engine)
         keys = [f"legacy:{cron}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}" for pid, log in ((51, "s.log"),
                                                                                             (52, "s2.log"))]
         found = {row["pid"]: row["status"] for row in store.runs_by_keys(keys).values()}

@@ -19,7 +19,7 @@ import pytest
 from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from legacy_adapters.callbacks import log_path_digest, render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
@@ -31,7 +31,7 @@ class Site:
     env: dict[str, str]
     url: str
     data: LegacyDataDir
-    store: ReconcileStore
+    store: SqlReconcileStore
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "bridge.cli", *args], env=self.env, capture_output=True,
@@ -56,7 +56,7 @@ def site(tmp_path: Path) -> Iterator[tuple[Site, Legacy2xDouble]]:
     with Legacy2xDouble(data).start() as double:
         env = serve_env(port, double.url, data.root, store_url, origins="scheduled_system,manual",
                         BRIDGE_SHADOW_BUDGET_MS="2000", BRIDGE_DATA_DIR=str(tmp_path))
-        yield Site(env, f"http://127.0.0.1:{port}", data, ReconcileStore(engine)), double
+        yield Site(env, f"http://127.0.0.1:{port}", data, SqlReconcileStore(engine)), double
     engine.dispose()
 
 

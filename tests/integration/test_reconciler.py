@@ -23,7 +23,8 @@ from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.pending_ends import SqlPendingEnds
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import mismatches_table, run_attempts_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
 from legacy_adapters.reader import LegacyReader
@@ -63,8 +64,9 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
     interceptor = ShadowInterceptor(recorder, reader, modes, BridgeMetrics(), SystemClock(),
                                     budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
                                     stops=StopDecisions(recorder, reader, None, SystemClock()))
-    store = ReconcileStore(sql_backend.engine)
-    reconciler = Reconciler(store, runs, reader, modes, BridgeMetrics(), SystemClock(), scheduler_mode="system",
+    store = SqlReconcileStore(sql_backend.engine)
+    reconciler = Reconciler(store, runs, reader, modes, BridgeMetrics(), SystemClock(),
+                            kept_ends=SqlPendingEnds(sql_backend.engine), scheduler_mode="system",  # type: ignore[arg-type]
                             tz=ZoneInfo("UTC"), settings=ReconcileSettings(grace_s=0, tolerance_s=2))
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
         yield World(data=data, runs=runs, store=store, interceptor=interceptor, http=http, double=double,
@@ -233,7 +235,8 @@ def test_only_one_reconciler_runs_at_a_time(world: World) -> None:
 def recover(world: World) -> dict[str, int]:
     from bridge.jobs.recovery import recover_on_startup
 
-    return dict(recover_on_startup(world.store, world.runs, LegacyReader(world.data.database_path)))
+    return dict(recover_on_startup(world.store, world.runs, LegacyReader(world.data.database_path),
+                                   SqlPendingEnds(world.store.engine)))
 
 
 def status_of(world: World, c: int, pid: int, log: str) -> tuple[str, str]:

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, insert, select
 
 from bridge.jobs.reconcile import ReconcileSettings
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import reconcile_seen_table
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.errors import LegacyTimeError
@@ -172,7 +172,7 @@ def test_a_replayed_start_in_a_later_batch_is_counted_and_not_compared(world: Wo
 
 
 def test_marking_runs_seen_tolerates_repeats_in_one_call_and_across_calls(sql_backend: Backend) -> None:
-    store = ReconcileStore(sql_backend.engine)  # type: ignore[arg-type]
+    store = SqlReconcileStore(sql_backend.engine)  # type: ignore[arg-type]
     pass_id = store.open_pass(int(time.time() * 1000))
     assert store.mark_seen(pass_id, ["run-a", "run-a", "run-b"]) == set()
     assert store.mark_seen(pass_id, ["run-b", "run-c"]) == {"run-b"}  # matched in an earlier batch of the pass

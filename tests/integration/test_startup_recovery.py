@@ -8,6 +8,7 @@ from collections import Counter
 from contextlib import closing
 
 from bridge.jobs.recovery import recover_on_startup
+from bridge.storage.pending_ends import SqlPendingEnds
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from tests.integration import legacy_world
@@ -18,7 +19,8 @@ world = legacy_world.world  # the fixture
 
 
 def recover(world: World, reader: LegacyReader | None = None) -> dict[str, int]:
-    return dict(recover_on_startup(world.store, world.runs, reader or LegacyReader(world.data.database_path)))
+    return dict(recover_on_startup(world.store, world.runs, reader or LegacyReader(world.data.database_path),
+                                   SqlPendingEnds(world.store.engine)))
 
 
 def newer_executions(world: World, cron: int, count: int = 10) -> None:

@@ -26,7 +26,7 @@ from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
 from bridge.service.shadow import Outcome, ShadowRecorder
 from bridge.storage.pending_ends import SqlPendingEnds
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import pending_ends_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
 from legacy_adapters.reader import LegacyReader
@@ -42,7 +42,7 @@ class World:
     data: LegacyDataDir
     double: Legacy2xDouble
     runs: RunService
-    store: ReconcileStore
+    store: SqlReconcileStore
     pending: SqlPendingEnds
     reader: LegacyReader
     interceptor: ShadowInterceptor
@@ -70,7 +70,7 @@ class World:
 
     def reconcile(self) -> dict[str, int]:
         reconciler = Reconciler(self.store, self.runs, self.reader, StaticModes(frozenset()), BridgeMetrics(),
-                                SystemClock(), scheduler_mode="system", tz=ZoneInfo("UTC"),
+                                SystemClock(), kept_ends=self.pending, scheduler_mode="system", tz=ZoneInfo("UTC"),
                                 settings=ReconcileSettings(grace_s=0))
         result = reconciler.run_once()
         assert result.result == "ok", result.reason
@@ -88,7 +88,7 @@ def make_world(backend: Backend, tmp_path: Path, window_ms: int) -> Iterator[Wor
                                     SystemClock(), budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
                                     stops=stops)
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield World(data, double, runs, ReconcileStore(backend.engine), pending, reader,  # type: ignore[arg-type]
+        yield World(data, double, runs, SqlReconcileStore(backend.engine), pending, reader,  # type: ignore[arg-type]
                     interceptor, http)
     interceptor.close()
 
@@ -120,14 +120,15 @@ def test_an_end_kept_when_the_bridge_stopped_is_decided_by_startup_recovery_with
     cron = replaced(world, begin)
     assert world.kept() == 1 and world.run(cron, 41, "a.log", begin)["status"] == "running"
 
-    outcomes = recover_on_startup(world.store, world.runs, world.reader)  # a new process: nothing in memory
+    # A new process: nothing in memory.
+    outcomes = recover_on_startup(world.store, world.runs, world.reader, world.pending)
 
     assert outcomes == {"stop_decision:replaced_by_next_run": 1}
     run = world.run(cron, 41, "a.log", begin)
     assert (run["status"], run["error_code"], run["cancel_reason"], run["exit_code"]) == (
         "cancelled", "replaced_by_next_run", "replaced_by_next_run", 143)
     assert world.kept() == 0
-    assert recover_on_startup(world.store, world.runs, world.reader) == {}
+    assert recover_on_startup(world.store, world.runs, world.reader, world.pending) == {}
 
 
 def test_deciding_a_kept_end_twice_changes_nothing(slow_world: World) -> None:
@@ -181,7 +182,7 @@ def test_the_reconciler_leaves_a_run_whose_end_is_kept_to_the_decider(slow_world
 
     assert world.reconcile()["cancelled"] == 0
     assert world.run(cron, 41, "a.log", begin)["status"] == "running"
-    assert recover_on_startup(world.store, world.runs, world.reader)["awaiting_stop_decision"] == 1
+    assert recover_on_startup(world.store, world.runs, world.reader, world.pending)["awaiting_stop_decision"] == 1
     assert world.run(cron, 41, "a.log", begin)["status"] == "running"
 
 
@@ -201,7 +202,7 @@ def test_the_reconciler_names_a_replacement_and_a_boot_reset_by_their_source(wor
              ((single, 71, "r.log", begin), (single, 72, "r2.log", later), (booted, 73, "b.log", begin))}
     assert codes == {71: "replaced_by_next_run", 72: "legacy_boot_reset", 73: "legacy_boot_reset"}
     assert world.reconcile()["findings"] == 0  # the stop's finish time is 2.x's: no finish_time finding
-    assert recover_on_startup(world.store, world.runs, world.reader) == {}
+    assert recover_on_startup(world.store, world.runs, world.reader, world.pending) == {}
 
 
 def test_a_relayed_stop_takes_only_the_ends_that_reached_the_bridge_after_it(slow_world: World) -> None:

@@ -29,7 +29,8 @@ from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.pending_ends import SqlPendingEnds
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import mismatches_table, run_attempts_table, run_events_table, runs_table
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from legacy_adapters.callbacks import render_status_body
@@ -114,9 +115,10 @@ class StopWorld:
         """One reconcile pass over this store and 2.x's rows (no grace): the kinds opened for this cron."""
         engine = make_engine(self.database_url, pg_search_path=self.schema)
         try:
-            reconciler = Reconciler(ReconcileStore(engine), RunService(SqlUnitOfWork(engine), clock=SystemClock()),
+            reconciler = Reconciler(SqlReconcileStore(engine), RunService(SqlUnitOfWork(engine), clock=SystemClock()),
                                     LegacyReader(self.data.database_path), StaticModes(frozenset()), BridgeMetrics(),
-                                    SystemClock(), scheduler_mode="system", tz=ZoneInfo("UTC"),
+                                    SystemClock(), kept_ends=SqlPendingEnds(engine), scheduler_mode="system",
+                                    tz=ZoneInfo("UTC"),
                                     settings=ReconcileSettings(grace_s=0))
             deadline = time.monotonic() + 30
             while (result := reconciler.run_once().result) == "locked" and time.monotonic() < deadline:

@@ -18,7 +18,7 @@ from bridge.domain.errors import StoreUnavailableError
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
-from bridge.storage.reconcile_queries import ReconcileStore
+from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from bridge.web.app import create_app
 from tests.conftest import Backend
@@ -176,7 +176,7 @@ def reconciling(upstream: FakeUpstream, store: Store, tmp_path: Path) -> Iterato
 
 
 def test_a_stale_reconciler_is_a_warning_that_leaves_the_bridge_ready(reconciling: Container, store: Store) -> None:
-    passes = ReconcileStore(store.engine)
+    passes = SqlReconcileStore(store.engine)
     long_ago_ms = int(time.time() * 1000) - 4 * reconciling.settings.reconcile_interval_s * 1000
     passes.close_pass(passes.open_pass(long_ago_ms), long_ago_ms + 10, "ok", None, {})
 
@@ -189,7 +189,7 @@ def test_a_stale_reconciler_is_a_warning_that_leaves_the_bridge_ready(reconcilin
 
 
 def test_a_recent_failed_reconcile_pass_is_named_with_its_reason(reconciling: Container, store: Store) -> None:
-    passes = ReconcileStore(store.engine)
+    passes = SqlReconcileStore(store.engine)
     now_ms = int(time.time() * 1000)
     passes.close_pass(passes.open_pass(now_ms), now_ms + 10, "failed", "LEGACY_DATABASE", {})
 
