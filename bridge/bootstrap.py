@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -30,18 +31,20 @@ class StoreReaders:
     """What the web layer reads from the store: the v3 views, the last reconcile pass, recent coverage."""
 
     runs: Any  # bridge.service.queries.RunQueries
+    outbox: Any  # bridge.storage.outbox.SqlOutbox, for its counts (bridge.jobs.project.projection_status)
     step_runs: Any  # bridge.service.ports.StepRunReader (it cannot write)
     last_pass: Callable[[], dict[str, Any] | None]
     coverage: Callable[[int], list[Any]]  # OriginCoverage per origin since an instant (ms)
 
 
 def build_readers(engine: Engine) -> StoreReaders:
+    from bridge.storage.outbox import SqlOutbox
     from bridge.storage.queries import SqlRunQueries
     from bridge.storage.reconcile_queries import SqlReconcileStore
     from bridge.storage.seam_queries import recent_coverage
     from bridge.storage.step_run_queries import SqlStepRunReader
 
-    return StoreReaders(runs=SqlRunQueries(engine), step_runs=SqlStepRunReader(engine),
+    return StoreReaders(runs=SqlRunQueries(engine), outbox=SqlOutbox(engine), step_runs=SqlStepRunReader(engine),
                         last_pass=SqlReconcileStore(engine).last_pass,
                         coverage=partial(recent_coverage, engine))
 
@@ -324,3 +327,32 @@ def bookkeeping_prunes(engine: Engine) -> dict[str, Any]:
 
     return {"projection_outbox": SqlOutbox(engine).prune_applied,
             "reconcile_passes": SqlReconcileStore(engine).prune_passes}
+
+
+def write_cutover_report(settings: Settings, **options: Any) -> tuple[Any, Any]:
+    """`bridge report`: the report job, given the store's side once its arguments are checked."""
+    from bridge.jobs.report import run_report
+
+    return run_report(settings, partial(_report_store, settings), **options)  # type: ignore[no-any-return]
+
+
+@contextmanager
+def _report_store(settings: Settings) -> Iterator[Any]:
+    engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
+    try:
+        yield report_sources(engine)
+    finally:
+        engine.dispose()
+
+
+def report_sources(engine: Engine) -> Any:
+    """What a cutover report reads and where it is kept (bridge.service.reports.ReportSources)."""
+    from bridge.jobs.project import projection_status
+    from bridge.service.reports import ReportSources
+    from bridge.storage.outbox import SqlOutbox
+    from bridge.storage.report_queries import ReportQueries
+    from bridge.storage.seam_queries import recent_coverage
+
+    queries, outbox = ReportQueries(engine), SqlOutbox(engine)
+    return ReportSources(reads=queries, archive=queries, coverage=partial(recent_coverage, engine),
+                         outbox_status=partial(projection_status, outbox))

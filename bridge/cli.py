@@ -238,7 +238,7 @@ def status() -> None:
         if summary.up_to_date:
             modes = ", ".join(f"{o}={m.value}" for o, m in build_flags(store).modes().items() if m.value != "off")
             modes = modes or "every origin off (pure pass-through)"
-            outbox = projection_status(store.engine)
+            outbox = projection_status(store.readers.outbox)
             bypassed = _seam_findings(store)
     finally:
         store.close()
@@ -347,11 +347,11 @@ def reconcile(once: bool) -> None:
               help="Output folder (default: reports/).")
 def report(since: str | None, origin: str | None, out_dir: Path | None) -> None:
     """Write a cutover-readiness report (JSON and HTML) per origin, with a verdict per gate."""
-    from bridge.jobs.report import run_report
+    from bridge.bootstrap import write_cutover_report
 
     settings = _settings()
     _check_store(settings)
-    json_path, html_path = run_report(settings, since=since, origin=origin, out_dir=out_dir)
+    json_path, html_path = write_cutover_report(settings, since=since, origin=origin, out_dir=out_dir)
     click.echo(f"report written: {json_path} and {html_path}")
 
 

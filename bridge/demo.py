@@ -286,9 +286,9 @@ def run_demo(workdir: Path, console: Console) -> None:
 
 
 def _report(database_url: str, data: LegacyDataDir, workdir: Path) -> tuple[Path, Path]:
+    from bridge.bootstrap import write_cutover_report
     from bridge.config import Settings
-    from bridge.jobs.report import run_report
 
     settings = Settings.from_env({"BRIDGE_DATABASE_URL": database_url, "BRIDGE_LEGACY_DATA_DIR": str(data.root),
                                   "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_LEGACY_SCHEDULER": "system"})
-    return run_report(settings, out_dir=workdir / "reports", console=Console(stderr=True, quiet=True))
+    return write_cutover_report(settings, out_dir=workdir / "reports", console=Console(stderr=True, quiet=True))

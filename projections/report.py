@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from bridge.domain.events import CALLBACK_MISMATCH_KINDS
 from projections.gates import (
     INSUFFICIENT_DATA,
     GateThresholds,
@@ -116,7 +117,6 @@ _DEEPDIFF_ONE_SIDE = {"dictionary_item_added": "shadow", "iterable_item_added": 
 # (its pid and log digest stay context).
 _ONE_SIDED_KINDS = {"duplicate": "shadow", "invalid_legacy_value": "legacy"}
 _SHADOW_FIELDS = frozenset({"candidates", "run_ids"})
-_CALLBACK_KINDS = ("compat.ambiguous_callback", "compat.unmatched_callback")
 _PATH_PART = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]")
 
 
@@ -154,7 +154,7 @@ def diff_sides(kind: str, diff: Any) -> dict[str, Any]:
         elif isinstance(value, dict) and value and set(value) <= {"old", "new"}:
             _put(sides, "legacy", key, value.get("old"))
             _put(sides, "shadow", key, value.get("new"))
-        elif kind in _CALLBACK_KINDS and key in _SHADOW_FIELDS:
+        elif kind in CALLBACK_MISMATCH_KINDS and key in _SHADOW_FIELDS:
             _put(sides, "shadow", key, value)
         else:
             _put(sides, plain, key, value)

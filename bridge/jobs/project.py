@@ -19,16 +19,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any
 
 from bridge.domain.errors import BridgeError
 from bridge.service.clock import SystemClock
-from bridge.storage.outbox import SqlOutbox
 from legacy_adapters.reader import TRANSIENT_STATES, DatabaseState
 from legacy_adapters.status_writer import LegacyStatusWriter
 from projections.relay import ProjectionHaltedError, ProjectionMetrics, Projector
+
+if TYPE_CHECKING:
+    from bridge.storage.outbox import SqlOutbox
 
 log = logging.getLogger("bridge.projection")
 
@@ -190,9 +190,8 @@ def start_projector_thread(outbox: SqlOutbox, writer: LegacyStatusWriter, metric
     return thread.start()
 
 
-def projection_status(engine: Engine, now_ms: int | None = None, examples: int = 5) -> dict[str, Any]:
+def projection_status(outbox: SqlOutbox, now_ms: int | None = None, examples: int = 5) -> dict[str, Any]:
     """Outbox rows by state, the age of the oldest pending row, and a few parked rows (ids and codes only)."""
-    outbox = SqlOutbox(engine)
     now = SystemClock().now_ms() if now_ms is None else now_ms
     oldest = outbox.oldest_pending_created_at_ms()
     return {

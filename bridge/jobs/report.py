@@ -14,6 +14,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -22,15 +23,13 @@ from zoneinfo import ZoneInfo
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine
 
 from bridge.config import ConfigError, Settings, local_zone_name
 from bridge.domain.errors import BridgeError
+from bridge.domain.events import EventType
 from bridge.domain.keys import execution_key, import_key
 from bridge.domain.model import IMPORTED_MODE, Origin
-from bridge.service.reports import ReportArchive, ReportReads
-from bridge.storage.engine import make_engine
-from bridge.storage.report_queries import CALLBACK_KINDS, ReportQueries
+from bridge.service.reports import ReportReads, ReportSources
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.origin import infer_scheduled_origin
@@ -102,14 +101,14 @@ class _Tally:
             f.exit_code_agree += int(run["exit_code"] is not None and run["exit_code"] == instance.exit_code)
 
 
-def build_report(settings: Settings, engine: Engine, reader: LegacyReader, *, since_ms: int, until_ms: int,
+def build_report(settings: Settings, sources: ReportSources, reader: LegacyReader, *, since_ms: int, until_ms: int,
                  origins: Sequence[str] | None = None, thresholds: GateThresholds | None = None,
                  now_ms: int | None = None, progress: ProgressCallback | None = None,
                  batch_size: int = BATCH_SIZE) -> dict[str, Any]:
     """The cutover-report document for ``origins`` (None: all) over [since_ms, until_ms]."""
     thresholds = thresholds or GateThresholds()
     window = Window(since_ms, until_ms, settings.legacy_tz or local_zone_name())  # 2.x's zone, for its schedules too
-    queries: ReportReads = ReportQueries(engine)
+    queries = sources.reads
     tally, notes = _Tally(), list[str]()
     pending = _load_unattributed(queries, window, notes)
     scan = _Scan(reader, queries, tally, pending, settings, window, batch_size)
@@ -123,7 +122,7 @@ def build_report(settings: Settings, engine: Engine, reader: LegacyReader, *, si
         selected += sorted(set(tally.figures) - set(ORIGIN_ORDER))  # an origin a newer bridge wrote
     else:
         selected = list(dict.fromkeys(origins))
-    seam = _seam_findings(engine, window)
+    seam = _seam_findings(sources, window)
     entries = [_entry(o, tally, thresholds, window, modes.get(o), seam[o].message if o in seam else None)
                for o in selected]
     wanted = None if origins is None else [None if o == UNKNOWN else o for o in selected]
@@ -131,23 +130,20 @@ def build_report(settings: Settings, engine: Engine, reader: LegacyReader, *, si
     report = assemble(generated_at_ms=now_ms if now_ms is not None else _now_ms(), window=window,
                       thresholds=thresholds, origins=entries, mismatch_timeline=timeline(rows),
                       notes=[f.message for f in seam.values()] + _standard_notes(scan.excluded) + notes
-                      + _projection_notes(engine))
+                      + _projection_notes(sources))
     return report
 
 
-def _seam_findings(engine: Engine, window: Window) -> dict[str, Any]:
+def _seam_findings(sources: ReportSources, window: Window) -> dict[str, Any]:
     """Origins whose executions in the window mostly never reached the bridge (projections/seam.py)."""
-    from bridge.storage.seam_queries import recent_coverage
     from projections.seam import bypass_findings
 
-    return {f.origin: f for f in bypass_findings(recent_coverage(engine, window.start_ms))}
+    return {f.origin: f for f in bypass_findings(sources.coverage(window.start_ms))}
 
 
-def _projection_notes(engine: Engine) -> list[str]:
+def _projection_notes(sources: ReportSources) -> list[str]:
     """Primary mode: parked projection rows are shown, never hidden (`bridge projection retry` re-queues them)."""
-    from bridge.jobs.project import projection_status
-
-    status = projection_status(engine)
+    status = sources.outbox_status()
     parked = status["counts"].get("parked", 0)
     if not parked:
         return []
@@ -273,7 +269,7 @@ def _first_candidate_id(reader: LegacyReader, cutoff_s: int, last_id: int) -> in
 
 
 def _count_callback(figures: OriginFigures, kind: str, n: int = 1) -> None:
-    if kind == CALLBACK_KINDS[1]:
+    if kind == EventType.COMPAT_AMBIGUOUS_CALLBACK:
         figures.ambiguous_callbacks += n
     else:
         figures.unmatched_callbacks += n
@@ -431,11 +427,11 @@ def parse_since(text: str | None, now_ms: int) -> int:
     return since
 
 
-def run_report(settings: Settings, *, since: str | None = None, origin: str | None = None,
-               out_dir: Path | None = None, console: Console | None = None,
-               environ: Mapping[str, str] | None = None) -> tuple[Path, Path]:
-    """Build, store and write a report. Raises LegacyDataDirNotConfiguredError, ConfigError, LegacyDatabaseError
-    or a StorageError."""
+def run_report(settings: Settings, open_sources: Callable[[], AbstractContextManager[ReportSources]], *,
+               since: str | None = None, origin: str | None = None, out_dir: Path | None = None,
+               console: Console | None = None, environ: Mapping[str, str] | None = None) -> tuple[Path, Path]:
+    """Build, store and write a report; ``open_sources`` opens the bridge store's side once the arguments are
+    checked. Raises LegacyDataDirNotConfiguredError, ConfigError, LegacyDatabaseError or a StorageError."""
     if settings.legacy_database_path is None:
         raise LegacyDataDirNotConfiguredError()
     try:
@@ -450,24 +446,21 @@ def run_report(settings: Settings, *, since: str | None = None, origin: str | No
     check_out_dir(out_dir)
     reader = LegacyReader(settings.legacy_database_path)
     reader.check_is_legacy_database()
-    engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
     console = console or Console(stderr=True)
-    try:
-        report = _build_with_progress(settings, engine, reader, since_ms, now, origin, thresholds, console)
-        archive: ReportArchive = ReportQueries(engine)
-        archive.save_report(to_json(report), (since_ms, now), created_at_ms=now)
-    except sqlite3.Error as exc:  # 2.x's database went away or stayed locked mid-scan
-        raise LegacyDatabaseError(str(reader.path), "unreadable", type(exc).__name__) from exc
-    finally:
-        engine.dispose()
+    with open_sources() as sources:
+        try:
+            report = _build_with_progress(settings, sources, reader, since_ms, now, origin, thresholds, console)
+            sources.archive.save_report(to_json(report), (since_ms, now), created_at_ms=now)
+        except sqlite3.Error as exc:  # 2.x's database went away or stayed locked mid-scan
+            raise LegacyDatabaseError(str(reader.path), "unreadable", type(exc).__name__) from exc
     return write_report(report, out_dir)
 
 
-def _build_with_progress(settings: Settings, engine: Engine, reader: LegacyReader, since_ms: int, now: int,
+def _build_with_progress(settings: Settings, sources: ReportSources, reader: LegacyReader, since_ms: int, now: int,
                          origin: str | None, thresholds: GateThresholds, console: Console) -> dict[str, Any]:
     with Progress(TextColumn("scanning 2.x instances"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("scan", total=None)
-        return build_report(settings, engine, reader, since_ms=since_ms, until_ms=now,
+        return build_report(settings, sources, reader, since_ms=since_ms, until_ms=now,
                             origins=None if origin is None else [origin], thresholds=thresholds, now_ms=now,
                             progress=lambda done, total: bar.update(task, completed=done, total=total))

@@ -7,8 +7,11 @@ StoreUnavailableError or StorageError (the driver's error translated, nothing ha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from bridge.service.seam import OriginCoverage
 
 
 class ReportReads(Protocol):
@@ -64,3 +67,14 @@ class ReportArchive(Protocol):
     def save_report(self, body_json: str, window: tuple[int, int], *, created_at_ms: int) -> int:
         """Store a report body for its (since, until) window; returns its id."""
         ...
+
+
+@dataclass(frozen=True)
+class ReportSources:
+    """Everything a report reads from the bridge store, and where it keeps the result (built by the
+    composition root, bridge.bootstrap.report_sources)."""
+
+    reads: ReportReads
+    archive: ReportArchive
+    coverage: Callable[[int], list[OriginCoverage]]  # recent executions per origin since an instant (ms)
+    outbox_status: Callable[[], dict[str, Any]]  # bridge.jobs.project.projection_status's shape

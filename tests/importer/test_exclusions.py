@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bridge.bootstrap import run_legacy_import
+from bridge.bootstrap import report_sources, run_legacy_import
 from bridge.domain.commands import RetryRun
 from bridge.domain.errors import RetryNotAllowedError
 from bridge.jobs.reconcile import Reconciler, ReconcileSettings
@@ -46,7 +46,7 @@ def test_the_reconciler_leaves_imported_history_alone(env: ImportEnv) -> None:
 
 def test_reports_count_imported_history_as_excluded_not_missing(env: ImportEnv) -> None:
     imported(env)
-    report = build_report(env.settings, env.engine, LegacyReader(env.data.database_path),
+    report = build_report(env.settings, report_sources(env.engine), LegacyReader(env.data.database_path),
                           since_ms=(BEGIN_S - 60) * 1000, until_ms=(BEGIN_S + 3600) * 1000)
     figures = [o["figures"] for o in report["origins"] if o["figures"]["legacy_import_excluded"]]
     assert sum(f["legacy_import_excluded"] for f in figures) == 4

@@ -64,7 +64,7 @@ def test_projection_status_counts_rows_by_state_and_ages_the_oldest_pending(worl
     (first_pending, _) = [r["id"] for r in world.outbox_rows() if r["state"] == "pending"]
     world.outbox.mark_parked(first_pending, 8, "LEGACY_BUSY", world.clock.now)
 
-    status = projection_status(world.backend.engine, now_ms=world.clock.now + 250)  # type: ignore[arg-type]
+    status = projection_status(SqlOutbox(world.backend.engine), now_ms=world.clock.now + 250)  # type: ignore[arg-type]
 
     assert status["counts"] == {"pending": 1, "applied": 1, "parked": 1}
     assert status["oldest_pending_age_ms"] == 250

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, update
 
+from bridge.bootstrap import report_sources
 from bridge.config import Settings
 from bridge.jobs.report import build_report
 from bridge.service.run_service import RunService
@@ -105,7 +106,7 @@ class Scenario:
             conn.execute(update(runs_table).where(runs_table.c.id == run_id).values(mode="legacy_import"))
 
     def report(self, *, min_executions: int = 20, origins: list[str] | None = None) -> dict[str, Any]:
-        return build_report(self.settings, self.backend.engine, LegacyReader(self.legacy.database_path),
+        return build_report(self.settings, report_sources(self.backend.engine), LegacyReader(self.legacy.database_path),
                             since_ms=SINCE_MS, until_ms=NOW_MS, origins=origins, now_ms=NOW_MS,
                             thresholds=GateThresholds(min_executions=min_executions), batch_size=7)
 
