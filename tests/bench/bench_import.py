@@ -46,7 +46,6 @@ import random
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,7 +54,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.children import mib, run_child, scratch_dir
+
 TARGET_LINE = "target: RSS growth under 50 MiB, independent of the number of instances"
 TARGET_GROWTH_MIB = 50.0
 BEGIN_S = 1_780_000_000  # 2026-05-28, unix seconds
@@ -222,8 +222,7 @@ def measure(n: int, crons: int, batch_size: int, seed: int, keep: bool) -> dict[
     from bridge.storage.migrate import upgrade
     from legacy_adapters.testing.datadir import create_legacy_data_dir
 
-    tmp = Path(tempfile.mkdtemp(prefix=f"bench-import-{n}-"))
-    try:
+    with scratch_dir(f"bench-import-{n}-", keep) as tmp:
         t0 = time.perf_counter()
         data = create_legacy_data_dir(tmp / "ql", now_s=BEGIN_S)
         planned = write_legacy(data.database_path, n, crons, seed)
@@ -234,24 +233,11 @@ def measure(n: int, crons: int, batch_size: int, seed: int, keep: bool) -> dict[
         engine.dispose()
         spec = {"url": url, "data_dir": str(tmp / "bridge-data"), "legacy_dir": str(data.root),
                 "batch_size": batch_size}
-        proc = subprocess.run([sys.executable, "-m", "tests.bench.bench_import", "--child", json.dumps(spec)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0 or "RESULT " not in proc.stdout:
-            raise RuntimeError(f"child failed ({proc.returncode}): {proc.stderr[-3000:]}")
-        result: dict[str, Any] = json.loads(proc.stdout.split("RESULT ", 1)[1])
+        result = run_child("tests.bench.bench_import", spec, timeout_s=1800)
         result.update(size=n, planned=planned, legacy_s=legacy_s,
                       legacy_mib=data.database_path.stat().st_size / 2**20,
                       store_mib=sum(p.stat().st_size for p in tmp.glob("bridge.sqlite*")) / 2**20)
         return result
-    finally:
-        if keep:
-            print(f"  (kept {tmp})")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _mib(kib: int | None) -> str:
-    return "-" if kib is None else f"{kib / 1024:.1f}"
 
 
 def report(results: list[dict[str, Any]], batch_size: int) -> bool:
@@ -265,7 +251,7 @@ def report(results: list[dict[str, Any]], batch_size: int) -> bool:
     for r in results:
         growth = (r["peak_kib"] - r["rss_before_kib"]) / 1024
         print(f"{r['size']:>8} {r['wall_s']:>7.1f} {r['cpu_s']:>6.1f} {r['scanned'] / r['wall_s']:>7.0f} "
-              f"{_mib(r['rss_before_kib']):>10} {_mib(r['peak_kib']):>9} {growth:>10.1f} {_mib(r['hwm_kib']):>8} "
+              f"{mib(r['rss_before_kib']):>10} {mib(r['peak_kib']):>9} {growth:>10.1f} {mib(r['hwm_kib']):>8} "
               f"{r['batch_p50_ms']:>9.0f}/{r['batch_max_ms']:<6.0f} "
               f"{r['write_p50_ms']:>11.0f}/{r['write_max_ms']:<7.0f} "
               f"{r['runs']:>7} {r['events']:>8}")

@@ -47,9 +47,7 @@ import json
 import os
 import pstats
 import random
-import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
@@ -84,6 +82,7 @@ from legacy_adapters.origin import infer_start_origin
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import CrontabStatus, InstanceStatus, format_js_date_string, format_updated_at
 from legacy_adapters.testing.datadir import create_legacy_data_dir, uniq_path
+from tests.bench.children import mib, run_child, scratch_dir
 from tests.bench.stores import fresh_store
 
 DEFAULT_PG_URL = os.environ.get("BRIDGE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -95,7 +94,6 @@ UTC = ZoneInfo("UTC")
 ALL_ORIGINS = frozenset(o.value for o in Origin)
 SETTINGS = {"grace_s": 0, "tolerance_s": 2, "lookback_s": 7 * 86_400, "batch_size": 500}
 HOURS_BACK = 142  # instances begin on one of the last 142 whole hours (~6 days), all past the grace window
-ROOT = Path(__file__).resolve().parents[2]
 
 # Shares of N. Disjoint; "finished" is whatever is left.
 RUNNING_SHARE = 0.01
@@ -692,8 +690,7 @@ def bridge_store(backend: str, tmp: Path, pg_url: str) -> contextlib.AbstractCon
 
 
 def measure(backend: str, n: int, crons: int, pg_url: str, seed: int, profile: bool, keep: bool) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix=f"bench-reconcile-{backend}-{n}-"))
-    try:
+    with scratch_dir(f"bench-reconcile-{backend}-{n}-", keep) as tmp:
         gen0 = time.perf_counter()
         now_s = int(time.time())
         plan = make_plan(n, crons, now_s, seed)
@@ -713,24 +710,11 @@ def measure(backend: str, n: int, crons: int, pg_url: str, seed: int, profile: b
                     raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             shadow_s = time.perf_counter() - shadow0
             spec = {"url": url, "schema": schema, "legacy_db": str(data.database_path), "profile": profile}
-            proc = subprocess.run([sys.executable, "-m", "tests.bench.bench_reconcile", "--child", json.dumps(spec)],
-                                  cwd=ROOT, capture_output=True, text=True, timeout=3600)
-            if proc.returncode != 0 or "RESULT " not in proc.stdout:
-                raise RuntimeError(f"child failed ({proc.returncode}): {proc.stderr[-3000:]}")
-            result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+            result = run_child("tests.bench.bench_reconcile", spec, timeout_s=3600)
         result.update(size=n, instances_planned=len(plan.instances), runs_planned=sum(
             1 for x in plan.executions if x.shadow is not None), events=events, legacy_s=legacy_s, shadow_s=shadow_s,
             expected=dict(plan.expected()), expected_cancels=sum(1 for x in plan.executions if x.cancels))
         return result
-    finally:
-        if keep:
-            print(f"  (kept {tmp})")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _mib(kib: int | None) -> str:
-    return "-" if kib is None else f"{kib / 1024:.1f}"
 
 
 def report(backend: str, results: list[dict[str, Any]], crons: int) -> bool:
@@ -748,8 +732,8 @@ def report(backend: str, results: list[dict[str, Any]], crons: int) -> bool:
         inst = r["stats"].get("instances", 0)
         growth = (r["peak_kib"] - r["rss_before_kib"]) / 1024
         print(f"{r['size']:>8} {r['size'] / crons:>8.0f} {r['wall_s']:>8.2f} {r['cpu_s']:>7.2f} "
-              f"{inst / r['wall_s']:>8.0f} {_mib(r['rss_before_kib']):>10} {_mib(r['peak_kib']):>9} {growth:>10.1f} "
-              f"{_mib(r['hwm_kib']):>8} {found:>10} {expected:>8} {r['stats'].get('cancelled', 0):>9} "
+              f"{inst / r['wall_s']:>8.0f} {mib(r['rss_before_kib']):>10} {mib(r['peak_kib']):>9} {growth:>10.1f} "
+              f"{mib(r['hwm_kib']):>8} {found:>10} {expected:>8} {r['stats'].get('cancelled', 0):>9} "
               f"{r['result']:>6}")
         ok = ok and r["result"] == "ok"
         if r["result"] != "ok":
@@ -758,7 +742,7 @@ def report(backend: str, results: list[dict[str, Any]], crons: int) -> bool:
     for r in results:
         print(f"  {r['size']:>7}: 2.x rows {r['instances_planned']} in {r['legacy_s']:.1f} s; "
               f"shadow {r['runs_planned']} runs + {r['events']} events in {r['shadow_s']:.1f} s; "
-              f"RSS samples {r['samples']}; RSS after pass {_mib(r['rss_after_kib'])} MiB; "
+              f"RSS samples {r['samples']}; RSS after pass {mib(r['rss_after_kib'])} MiB; "
               f"1-min load average after the pass {r['loadavg']:.2f} on {os.cpu_count()} CPUs")
         print(f"           stats {json.dumps(r['stats'], sort_keys=True)}")
         kinds = sorted(set(r["mismatches"]) | set(r["expected"]))
