@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rich.console import Console
@@ -113,14 +114,20 @@ def bridge_process(env: dict[str, str], url: str) -> Iterator[subprocess.Popen[b
             raise RuntimeError("bridge serve did not start within 30 s")
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # a worker left behind by a killed master
 
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10) -> None:
+    """SIGTERM (a bridge drains its requests and shadow lanes first), SIGKILL after ``grace_s``; then gone."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 @contextmanager
 def serving_bridge(legacy_url: str, legacy_data_dir: Path, database_url: str, *, schema: str | None = None,

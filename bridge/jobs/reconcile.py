@@ -25,10 +25,10 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import BridgeError
-from bridge.domain.events import Actor, ActorType, EventType
+from bridge.domain.events import EventType
 from bridge.domain.keys import import_key
 from bridge.domain.model import Mode
-from bridge.jobs.stop_decisions import legacy_stop_code
+from bridge.jobs.stop_decisions import RECONCILER, legacy_stop_code
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.reconcile import ReconcileStore
@@ -60,7 +60,6 @@ from projections.reconcile import (
 )
 
 log = logging.getLogger("bridge.jobs.reconcile")
-RECONCILER = Actor(ActorType.RECONCILER)
 T = TypeVar("T")
 _PROJECTION_OF_KIND = {"active_state": "crontab_status", "pid": "crontab_pid",
                        LEGACY_DUPLICATE_INSTANCE: "running_instance"}

@@ -18,9 +18,9 @@ import sqlite3
 from collections import Counter
 from typing import Any, Protocol
 
-from bridge.domain.events import Actor, ActorType, ErrorCode, EventType
+from bridge.domain.events import ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
-from bridge.jobs.stop_decisions import StopDecisions, instance_of, legacy_stop_code
+from bridge.jobs.stop_decisions import RECONCILER, StopDecisions, instance_of, legacy_stop_code
 from bridge.service.clock import SystemClock
 from bridge.service.reconcile import UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
@@ -32,7 +32,6 @@ from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.jobs.recovery")
-RECONCILER = Actor(ActorType.RECONCILER)
 PAGE = 64  # runs per page (ADR-0448)
 
 

@@ -44,7 +44,7 @@ from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.stops")
-RECONCILER = Actor(ActorType.RECONCILER)
+RECONCILER = Actor(ActorType.RECONCILER)  # the actor of every change the jobs make (reconcile, recovery, stops)
 DEFAULT_WINDOW_S = 5
 GIVE_UP_S = 3600  # 2.x's database unreadable for this long after the end: its exit code decides
 RETRY_S = 5  # how soon a decision put off for an unreadable 2.x database is tried again

@@ -91,7 +91,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import func, select
 
-from bridge.demo import CURL_HEADERS, free_port
+from bridge.demo import CURL_HEADERS, free_port, stop_process
 from bridge.storage.engine import make_engine
 from bridge.storage.schema import mismatches_table, run_events_table, runs_table
 from legacy_adapters.callbacks import render_status_body
@@ -313,12 +313,7 @@ def bridge_server(name: str, env: dict[str, str], url: str, log_path: Path) -> I
             time.sleep(0.1)
         yield BridgeHandle(name, url, proc, log_path)
     finally:
-        proc.terminate()  # SIGTERM: the bridge drains in-flight requests and its shadow lanes
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc, 20)
 
 
 # The floor: a Flask app that reads the JSON body and answers every PUT the way 2.x does, under gunicorn.
@@ -371,12 +366,7 @@ def bare_server(root: Path, threads: int, log_path: Path) -> Iterator[BareHandle
         workers = child_pids(proc.pid)
         yield BareHandle(url, workers[0] if workers else proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
