@@ -3,33 +3,22 @@ covers every module; these tests keep that contract meaningful and the import gr
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tomllib
 from pathlib import Path
 
 import grimp
-import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.import_linter import contract, lint_imports
+
 PACKAGES = ("bridge", "legacy_adapters", "projections")
 
 
 def layers_contract() -> dict[str, object]:
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    return next(c for c in contracts if c.get("id") == "layers")
+    return contract("layers")
 
 
 def layer_members() -> list[str]:
     layers: list[str] = layers_contract()["layers"]  # type: ignore[assignment]
     return [name.strip() for layer in layers for name in layer.replace(":", "|").split("|")]
-
-
-def lint_imports(*args: str) -> subprocess.CompletedProcess[str]:
-    tool = Path(sys.executable).parent / "lint-imports"
-    if not tool.exists():
-        pytest.skip("import-linter is not installed: pip install -e .[test]")
-    return subprocess.run([str(tool), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def test_the_layers_count_indirect_imports_and_every_module_has_a_room() -> None:

@@ -4,27 +4,16 @@ and the web layer from importing anything that can write them; these tests keep 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
-import tomllib
 from pathlib import Path
 
-import pytest
+from tests.support.import_linter import contract as named_contract
+from tests.support.import_linter import lint_imports
 
-ROOT = Path(__file__).resolve().parents[2]
 CONTRACT_ID = "step-runs-write"
 
 
 def contract() -> dict[str, object]:
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    return next(c for c in contracts if c.get("id") == CONTRACT_ID)
-
-
-def lint_imports(*args: str) -> subprocess.CompletedProcess[str]:
-    tool = Path(sys.executable).parent / "lint-imports"
-    if not tool.exists():
-        pytest.skip("import-linter is not installed: pip install -e .[test]")
-    return subprocess.run([str(tool), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return named_contract(CONTRACT_ID)
 
 
 def test_the_contract_names_modules_that_exist_and_every_module_that_can_write_step_runs() -> None:
