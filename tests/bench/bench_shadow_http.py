@@ -30,7 +30,9 @@ Phases:
      whose target order cycles through all six permutations, so drift and machine noise hit all three alike.
      One persistent httpx.Client per target (keep-alive), then a smaller "new connection per call" variant
      (max_keepalive_connections=0: connect, request, close - closer to the shell's curl). perf_counter_ns around
-     each request. The target compares shadow-on p50 with pass-through-only p50.
+     each request. The target compares shadow-on p50 with pass-through-only p50. Each bridge's CPU (its whole
+     process, from /proc) is read around each of its blocks: CPU per callback with one keep-alive client, and
+     its shadow ÷ pass-through ratio per pair of blocks (--pairs 1200 --blocks 12: blocks of 100 executions).
   2. Throughput. T client threads (keep-alive) for S seconds per target, in R rounds; each round visits every
      target once, starting one target later than the round before (ABCD, BCDA, ...), so no side always runs
      first or last. Besides direct / pass-through / shadow-on, a bare gunicorn + Flask app answering
@@ -499,10 +501,17 @@ class LatencyResult:
     end: dict[str, Series]
     block_p50: dict[str, list[float]]
     seconds: float
+    # CPU of the bridge process (all its threads) during each of its blocks: (CPU seconds, callbacks answered).
+    block_cpu: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+
+    def cpu_ms_per_callback(self, name: str) -> float | None:
+        spent = self.block_cpu.get(name) or []
+        callbacks = sum(n for _, n in spent)
+        return 1000 * sum(s for s, _ in spent) / callbacks if callbacks else None
 
 
 def latency_phase(targets: dict[str, str], token: str, work: Workload, tally: Tally, *, pairs: int, blocks: int,
-                  keepalive: bool, warmup_pairs: int) -> LatencyResult:
+                  keepalive: bool, warmup_pairs: int, pids: dict[str, int] | None = None) -> LatencyResult:
     names = list(targets)
     senders = {n: Sender(u, token, keepalive=keepalive) for n, u in targets.items()}
     result = LatencyResult({n: Series() for n in names}, {n: Series() for n in names}, {n: Series() for n in names},
@@ -537,8 +546,12 @@ def latency_phase(targets: dict[str, str], token: str, work: Workload, tally: Ta
         for b, size in enumerate(sizes):
             for name in orders[b % len(orders)]:
                 block: list[int] = []
+                pid = (pids or {}).get(name)
+                cpu0 = cpu_seconds(pid) if pid else 0.0
                 for _ in range(size):
                     block.extend(pair(name, record=True))
+                if pid:
+                    result.block_cpu.setdefault(name, []).append((cpu_seconds(pid) - cpu0, len(block)))
                 if block:
                     result.block_p50[name].append(statistics.median(block) / 1e6)
         result.seconds = time.perf_counter() - began
@@ -826,7 +839,8 @@ def run(res: Results, root: Path) -> None:
             shadow = start_bridge(bridges, SHADOW, ALL_ORIGINS, "bridge-shadow")
             passthru = start_bridge(bridges, PASS, "", "bridge-pass")
             targets = {DIRECT: double.url, PASS: passthru.url, SHADOW: shadow.url}
-            latency_phases(res, targets, data.system_token, work, double)
+            latency_phases(res, targets, data.system_token, work, double,
+                           pids={SHADOW: shadow.worker_pid(), PASS: passthru.worker_pid()})
             res.metrics["latency"] = shadow.metrics()
             if args.throughput_seconds > 0:
                 workers = {SHADOW: shadow.worker_pid(), PASS: passthru.worker_pid()}
@@ -857,14 +871,15 @@ def run(res: Results, root: Path) -> None:
             f"x WARNING {ln}" for ln in double_errors if not ln.startswith("Exception occurred")]
 
 
-def latency_phases(res: Results, targets: dict[str, str], token: str, work: Workload, double: DoubleHandle) -> None:
+def latency_phases(res: Results, targets: dict[str, str], token: str, work: Workload, double: DoubleHandle,
+                   pids: dict[str, int] | None = None) -> None:
     args = res.args
     double.prune()
     began = time.perf_counter()
     console.print(f"[bold]phase 1[/] latency: {args.pairs} pairs per target, keep-alive, {args.blocks} interleaved "
                   f"blocks ... ({load_avg()})")
     res.lat_keep = latency_phase(targets, token, work, res.tally, pairs=args.pairs, blocks=args.blocks,
-                                 keepalive=True, warmup_pairs=20)
+                                 keepalive=True, warmup_pairs=20, pids=pids)
     if args.newconn_pairs:
         console.print(f"[bold]phase 1b[/] latency: {args.newconn_pairs} pairs per target, a new connection per "
                       f"call ... ({load_avg()})")
@@ -1018,6 +1033,15 @@ def report(res: Results) -> None:
         return result.all[SHADOW].summary()["p50"] / result.all[PASS].summary()["p50"]
 
     keep = ratio(res.lat_keep)
+    shadow_cpu, pass_cpu = (res.lat_keep.cpu_ms_per_callback(n) for n in (SHADOW, PASS))
+    if shadow_cpu is not None and pass_cpu is not None:
+        per_block = [s / n / (p / m) for (s, n), (p, m) in zip(res.lat_keep.block_cpu[SHADOW],
+                                                             res.lat_keep.block_cpu[PASS]) if n and m and p]
+        spread = (f"; per block pair min / median / max {min(per_block):.2f} / {statistics.median(per_block):.2f} / "
+                  f"{max(per_block):.2f}" if per_block else "")
+        console.print(f"bridge CPU per callback, one keep-alive client (whole `bridge serve` process, alternated "
+                      f"blocks): {SHADOW} {shadow_cpu:.2f} ms ÷ {PASS} {pass_cpu:.2f} ms = "
+                      f"{shadow_cpu / pass_cpu:.2f}{spread}")
     console.print(f"{TARGET_LINE}: keep-alive {keep:.2f}× → {verdict(keep <= TARGET_RATIO)}"
                   + (f"; new connection per call {ratio(res.lat_new):.2f}× → "
                      f"{verdict(ratio(res.lat_new) <= TARGET_RATIO)}" if res.lat_new is not None else ""))
