@@ -149,7 +149,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     if settings.legacy_database_path is not None:
         # One reader for the callback path and the reconciler, keeping a few connections open: a Crontabs
         # lookup precedes every start callback. Closed last (closers run in reverse).
-        reader = _legacy_reader(settings, keep_connections=KEPT_LEGACY_CONNECTIONS)
+        reader = build_legacy_reader(settings, keep_connections=KEPT_LEGACY_CONNECTIONS)
         container.closers.append(reader.close)
         notify: Callable[[], None] = lambda: None  # noqa: E731 - no projector outside `bridge serve`
         if schedule_reconciler:  # the serving process: it also keeps 2.x's columns current (primary mode)
@@ -191,7 +191,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
 def recover_unfinished_runs(settings: Settings, store: Store) -> Any:
     """Startup recovery (bridge.jobs.recovery): the Runs a previous process left open, judged against 2.x's
     rows. Raises LegacyDatabaseError when the configured file is positively not 2.x's database."""
-    return _recover(store, _legacy_reader(settings), None)
+    return _recover(store, build_legacy_reader(settings), None)
 
 
 def _recover(store: Store, reader: Any, metrics: BridgeMetrics | None) -> Any:
@@ -223,15 +223,14 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
     return Reconciler(
-        SqlReconcileStore(store.engine), store.runs, reader or _legacy_reader(settings), modes or CachedModes(flags),
-        metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine), scheduler_mode=_scheduler_mode(settings),
-        tz=_legacy_zone(settings),
-        enabled_since=flags.enabled_since,
+        SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
+        modes or CachedModes(flags), metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine),
+        scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings), enabled_since=flags.enabled_since,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s))
 
 
-def _legacy_reader(settings: Settings, keep_connections: int = 0) -> Any:
+def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> Any:
     """A reader of 2.x's database. Raises LegacyDatabaseError only when the file is positively something else;
     in any other state (locked, hot journal, missing, damaged) it is built, and reads again later."""
     import logging
@@ -281,7 +280,7 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
     from legacy_adapters.auth import LegacyTokenAuthority
 
     assert settings.legacy_keyv_path is not None
-    reader = reader or _legacy_reader(settings)
+    reader = reader or build_legacy_reader(settings)
     recorder = stops.recorder if stops is not None else ShadowRecorder(store.runs)
     return ShadowInterceptor(
         recorder, reader, modes, metrics, SystemClock(),

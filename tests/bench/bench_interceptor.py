@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bridge.bootstrap import _legacy_reader, build_interceptor, build_store
+from bridge.bootstrap import build_interceptor, build_legacy_reader, build_store
 from bridge.config import Settings
 from bridge.domain.model import Origin
 from bridge.metrics import BridgeMetrics
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         upgrade(store.engine)
         every_origin = StaticModes(frozenset(o.value for o in Origin))
         interceptor = build_interceptor(settings, store, BridgeMetrics(), every_origin,
-                                        reader=_legacy_reader(settings, keep_connections=4))
+                                        reader=build_legacy_reader(settings, keep_connections=4))
         sent = 0
 
         def execution() -> None:

@@ -82,7 +82,7 @@ def settings_for(data: LegacyDataDir, tmp_path: Path) -> Settings:
 
 @pytest.mark.parametrize("state", ["hot_journal", "missing", "locked", "corrupt", "empty"])
 def test_the_reader_is_built_whatever_transient_state_2xs_database_is_in(tmp_path: Path, state: str) -> None:
-    from bridge.bootstrap import _legacy_reader
+    from bridge.bootstrap import build_legacy_reader
 
     data = create_legacy_data_dir(tmp_path / "ql")
     for i in range(40):
@@ -100,7 +100,7 @@ def test_the_reader_is_built_whatever_transient_state_2xs_database_is_in(tmp_pat
     else:
         os.truncate(data.database_path, 0)
     try:
-        reader = _legacy_reader(settings_for(data, tmp_path), keep_connections=2)
+        reader = build_legacy_reader(settings_for(data, tmp_path), keep_connections=2)
         assert reader.state() == state
     finally:
         if blocker is not None:
@@ -110,14 +110,14 @@ def test_the_reader_is_built_whatever_transient_state_2xs_database_is_in(tmp_pat
 
 @pytest.mark.parametrize("state", ["not_legacy", "unsupported"])
 def test_only_a_database_that_is_positively_something_else_stops_the_build(tmp_path: Path, state: str) -> None:
-    from bridge.bootstrap import _legacy_reader
+    from bridge.bootstrap import build_legacy_reader
 
     data = create_legacy_data_dir(tmp_path / "ql")
     with sqlite3.connect(data.database_path) as conn:
         conn.execute("DROP TABLE Crontabs" if state == "not_legacy" else "CREATE TABLE Runs (id TEXT)")
     conn.close()
     with pytest.raises(LegacyDatabaseError) as caught:
-        _legacy_reader(settings_for(data, tmp_path))
+        build_legacy_reader(settings_for(data, tmp_path))
     assert caught.value.reason == state
 
 
