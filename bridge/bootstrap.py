@@ -163,19 +163,19 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
             notify = projector.notify
         from bridge.service.shadow import ShadowRecorder
 
-        stops = build_stop_decisions(settings, store, ShadowRecorder(store.runs), reader)
+        recorder = ShadowRecorder(store.runs)
+        stops = build_stop_decisions(settings, store, recorder, reader)
         interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify, reader=reader,
-                                        stops=stops, auth=container.token_authority)
+                                        recorder=recorder, stops=stops, auth=container.token_authority)
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
-        if schedule_reconciler:  # the ends kept for a stop decision are decided once their window is over
+        if schedule_reconciler:  # kept ends decided once their window is over; reconcile and housekeeping
+            from bridge.jobs.housekeeping import INTERVAL_S, run_housekeeping
+            from bridge.jobs.schedule import start_reconcile_schedule
             from bridge.jobs.stop_decisions import StopDeciderThread, decider_interval_s
 
             decider = StopDeciderThread(stops, decider_interval_s(settings.stop_decision_window_s))
             container.closers.append(decider.start().close)
-        if schedule_reconciler:
-            from bridge.jobs.housekeeping import INTERVAL_S, run_housekeeping
-            from bridge.jobs.schedule import start_reconcile_schedule
 
             reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
             clock = SystemClock()
@@ -272,16 +272,16 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: Any, reader
 
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
                       on_primary_commit: Callable[[], None] = lambda: None, *, reader: Any = None,
-                      stops: Any = None, auth: Any = None) -> Any:
-    """The callback path's interceptor; it feeds ``stops`` and checks tokens with ``auth`` (each built here
-    when not given)."""
+                      recorder: Any = None, stops: Any = None, auth: Any = None) -> Any:
+    """The callback path's interceptor: it records through ``recorder``, feeds ``stops`` (which must record
+    through the same recorder) and checks tokens with ``auth``; each is built here when not given."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.auth import LegacyTokenAuthority
 
     assert settings.legacy_keyv_path is not None
     reader = reader or build_legacy_reader(settings)
-    recorder = stops.recorder if stops is not None else ShadowRecorder(store.runs)
+    recorder = recorder or ShadowRecorder(store.runs)
     return ShadowInterceptor(
         recorder, reader, modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
@@ -348,10 +348,8 @@ def report_sources(engine: Engine) -> Any:
     """What a cutover report reads and where it is kept (bridge.service.reports.ReportSources)."""
     from bridge.jobs.project import projection_status
     from bridge.service.reports import ReportSources
-    from bridge.storage.outbox import SqlOutbox
     from bridge.storage.report_queries import ReportQueries
-    from bridge.storage.seam_queries import recent_coverage
 
-    queries, outbox = ReportQueries(engine), SqlOutbox(engine)
-    return ReportSources(reads=queries, archive=queries, coverage=partial(recent_coverage, engine),
-                         outbox_status=partial(projection_status, outbox))
+    queries, readers = ReportQueries(engine), build_readers(engine)
+    return ReportSources(reads=queries, archive=queries, coverage=readers.coverage,
+                         outbox_status=partial(projection_status, readers.outbox))

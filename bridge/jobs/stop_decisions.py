@@ -110,10 +110,6 @@ class StopDecisions:
         self._window_ms = window_ms
 
     @property
-    def recorder(self) -> ShadowRecorder:
-        return self._recorder
-
-    @property
     def pending(self) -> PendingEndStore | None:
         return self._pending
 
