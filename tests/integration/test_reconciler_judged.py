@@ -12,14 +12,14 @@ from bridge.jobs.reconcile import ReconcileSettings
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.schema import mismatches_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
-from tests.integration.legacy_world import BEGIN, end, start
+from tests.integration.legacy_world import BEGIN, UNJUDGED_GRACE_S, end, start
 from tests.integration.test_reconciler import World, cron
 from tests.integration.test_reconciler import world as world_of_test_reconciler
 
 world = world_of_test_reconciler  # the same 2.x double, shadow store and reconciler, on each store backend
 
 INVALID = "invalid_legacy_value"
-IN_FLIGHT = 7200  # BEGIN is about an hour ago: a two-hour grace leaves those executions unjudged
+IN_FLIGHT = UNJUDGED_GRACE_S
 NOTHING_IN_WINDOW = 0  # a lookback of 0 s: no instance, Run or cron of the scenario is read
 
 

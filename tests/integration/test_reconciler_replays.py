@@ -8,7 +8,7 @@ import json
 import time
 
 from bridge.jobs.reconcile import ReconcileSettings
-from tests.integration.legacy_world import end, start
+from tests.integration.legacy_world import UNJUDGED_GRACE_S, end, start
 from tests.integration.test_reconciler import World, cron
 from tests.integration.test_reconciler import world as world_of_test_reconciler
 
@@ -98,7 +98,7 @@ def test_a_replay_inside_the_grace_window_is_not_judged(world: World) -> None:
     c = cron(world)
     world.via_bridge(start(c, 75, "g.log"))
     world.via_bridge(start(c, 75, "g.log"))
-    world.reconciler._settings = ReconcileSettings(grace_s=7200)  # noqa: SLF001 - BEGIN is an hour ago
+    world.reconciler._settings = ReconcileSettings(grace_s=UNJUDGED_GRACE_S)  # noqa: SLF001 - the setting under test
     assert world.reconcile() == []
 
 
