@@ -78,13 +78,24 @@ class Backend:
     explain: str = "EXPLAIN "  # prefix that makes the store print a statement's plan
     # Run first in the same transaction: a test's few rows would otherwise make a sequential scan cheapest.
     explain_setup: tuple[str, ...] = ("SET LOCAL enable_seqscan = off",)
+    # PostgreSQL's autovacuum keeps the planner's statistics; nothing runs ANALYZE on a SQLite store, so its
+    # planner decides without them for the store's whole life (unless an operator runs ANALYZE by hand).
+    keeps_statistics: bool = True
 
-    def query_plan(self, sql: str, args: Any) -> str:
-        """The plan the store picks for a driver-level statement, after ANALYZE (both planners decide on
-        statistics, as they do after a while in use), as one string of its rows."""
+    def plans_in_use(self, sql: str, args: Any) -> list[str]:
+        """The plans a statement gets over the store's life: on SQLite without statistics (as the bridge runs
+        it) and after an ANALYZE by hand; on PostgreSQL after ANALYZE, as autovacuum keeps it."""
+        in_use = [] if self.keeps_statistics else [self.query_plan(sql, args, analyzed=False)]
+        return [*in_use, self.query_plan(sql, args)]
+
+    def query_plan(self, sql: str, args: Any, *, analyzed: bool = True) -> str:
+        """The plan the store picks for a driver-level statement, as one string of its rows: after ANALYZE
+        (both planners decide on statistics, as they do after a while in use), or, with ``analyzed=False``,
+        on the statistics the store has (none, on a store never analyzed)."""
         assert self.engine is not None
         with self.engine.connect() as conn:
-            conn.execute(text("ANALYZE"))
+            if analyzed:
+                conn.execute(text("ANALYZE"))
             cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             for statement in self.explain_setup:
                 cursor.execute(statement)
@@ -110,7 +121,7 @@ def sqlite_backend(tmp_path: Path, sqlite_template: Path) -> Iterator[Backend]:
     url = f"sqlite:///{path}"
     engine = make_engine(url)
     yield Backend("sqlite", engine, SqlUnitOfWork(engine), url=url, has_file_lock=True,
-                  explain="EXPLAIN QUERY PLAN ", explain_setup=())
+                  explain="EXPLAIN QUERY PLAN ", explain_setup=(), keeps_statistics=False)
     assert engine.pool.checkedout() == 0, "a connection was left checked out"
     engine.dispose()
 

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Connection,
     Engine,
-    Select,
     bindparam,
     delete,
     func,
@@ -34,8 +33,10 @@ from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL
 from bridge.service.outbox import Applied, CronFacts, OutboxRow, RowInputs, RunFacts
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import is_sqlite_busy
+from bridge.storage.runs import _Prepared
 from bridge.storage.schema import (
     BRIDGE_OWNED_SQL,
+    index_named,
     job_leases_table,
     legacy_instance_map_table,
     projection_outbox_table,
@@ -74,18 +75,21 @@ _RUN_COLUMNS = [_r.c[name] for name in ("id", "legacy_cron_id", "status", "creat
                                          "finished_at_ms", "duration_ms")]
 
 
-def _newest_statement(statuses: Iterable[Any], limit: int) -> Select[Any]:
+def _newest_statement(statuses: Iterable[Any], limit: int) -> _Prepared:
     """The newest bridge-owned Runs of ``:cron_id`` in these statuses: one leg per status, each a range scan
     of ix_runs_bridge_owned_by_cron with its own LIMIT, then the newest of all legs. The owner predicate is
     the index's own literal text: with a bind, neither planner could use the partial index, and a cron
     just promoted would walk its whole shadow history for each leg. Built once: constructing a union of
-    subqueries costs more than running it."""
+    subqueries costs more than running it. SQLite, which never has statistics here, is held to the index by
+    name (``pin_sqlite_index``): without them it took ix_runs_legacy_cron_status and filtered the owner row
+    by row."""
     legs = [select(*_RUN_COLUMNS).where(_r.c.legacy_cron_id == bindparam("cron_id"), _r.c.status == status.value,
                                         text(f"runs.{BRIDGE_OWNED_SQL}"))
             .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(limit).subquery()
             for status in sorted(statuses)]
     both = union_all(*[select(leg) for leg in legs]).subquery()
-    return select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit)
+    return _Prepared(select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit),
+                     sqlite_index=index_named(_r, "ix_runs_bridge_owned_by_cron"))
 
 
 _NEWEST_ACTIVE = _newest_statement(RUN_ACTIVE, ACTIVE_LIMIT)
@@ -93,8 +97,8 @@ _NEWEST_TERMINAL = _newest_statement(RUN_TERMINAL, RECENT_LIMIT)
 
 
 def _cron_facts(conn: Connection, cron_id: int) -> CronFacts:
-    active = [dict(m) for m in conn.execute(_NEWEST_ACTIVE, {"cron_id": cron_id}).mappings()]
-    recent = [dict(m) for m in conn.execute(_NEWEST_TERMINAL, {"cron_id": cron_id}).mappings()]
+    active = _NEWEST_ACTIVE.execute(conn, {"cron_id": cron_id}).rows
+    recent = _NEWEST_TERMINAL.execute(conn, {"cron_id": cron_id}).rows
     started = [r for r in (*active, *recent) if r["started_at_ms"] is not None]
     latest = max(started, key=lambda r: (r["started_at_ms"], r["created_at_ms"], r["id"]), default=None)
     latest_terminal = max(recent, default=None,

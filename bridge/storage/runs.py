@@ -9,13 +9,27 @@ same row mappers (one per table: ``_run_values``, ``_attempt_values``, ``_event_
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, fields
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Executable, and_, bindparam, exists, func, insert, select, text, update
+from sqlalchemy import (
+    Connection,
+    Dialect,
+    Executable,
+    Index,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -28,6 +42,7 @@ from bridge.service.ports import ActiveCandidate, MismatchRecord, TaskSnapshot
 from bridge.storage.errors import translate_integrity_error
 from bridge.storage.schema import (
     ACTIVE_STATUS_SQL,
+    index_named,
     mismatches_table,
     projection_outbox_table,
     run_attempts_table,
@@ -61,12 +76,32 @@ class _Result:
         return self.rows[0] if self.rows else None
 
 
-class _Prepared:
-    """One Core statement, compiled on first use for each dialect into (sql, positional order, defaults)."""
+def pin_sqlite_index(sql: str, index: Index) -> str:
+    """SQLite text that reads the index's table only through that index (``INDEXED BY``), at every FROM of it.
 
-    def __init__(self, stmt: Executable, column_keys: list[str] | None = None) -> None:
+    Nothing runs ANALYZE on a SQLite store, and without statistics SQLite weighs a partial index no lighter
+    than a full one: for a cron's open Runs it took ix_runs_cron_created_id, which gives the same order, and
+    read the cron's whole history on every callback. INDEXED BY is SQLite's own way to hold a time-critical
+    statement to its index; a schema without that index makes the statement fail instead of slowing down.
+    """
+    table = index.table.name  # type: ignore[union-attr]
+    pinned, count = re.subn(rf"\bFROM {table}\b", f"FROM {table} INDEXED BY {index.name}", sql)
+    if count == 0:
+        raise ValueError(f"no FROM {table} in the statement to pin to {index.name}")
+    return pinned
+
+
+class _Prepared:
+    """One Core statement, compiled on first use for each dialect into (sql, positional order, defaults).
+
+    ``sqlite_index``: an index of the statement's table that its SQLite text must read (``pin_sqlite_index``).
+    """
+
+    def __init__(self, stmt: Executable, column_keys: list[str] | None = None, *,
+                 sqlite_index: Index | None = None) -> None:
         self._stmt = stmt
         self._keys = column_keys
+        self._sqlite_index = sqlite_index
         self._compiled: dict[str, tuple[str, tuple[str, ...] | None, Params]] = {}
         # Result column names per dialect, taken from the first result: a statement's shape never changes,
         # and psycopg builds a description object per column each time it is asked (a 64-column read
@@ -105,7 +140,10 @@ class _Prepared:
             order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
             defaults = {name: bind.value for name, bind in compiled.binds.items()
                         if not bind.required and bind.value is not None}
-            found = self._compiled[dialect.name] = (str(compiled), order, defaults)
+            sql = str(compiled)
+            if self._sqlite_index is not None and dialect.name == "sqlite":
+                sql = pin_sqlite_index(sql, self._sqlite_index)
+            found = self._compiled[dialect.name] = (sql, order, defaults)
         return found
 
 
@@ -189,8 +227,9 @@ _LIST_EVENTS = _Prepared(select(_e).where(_e.c.run_id == bindparam("b_run_id"), 
 
 
 # A cron's open Runs, newest first, each with its latest Attempt, in one statement. The predicate on status
-# is the partial index's own text (schema.ACTIVE_STATUS_SQL), so both planners read only the cron's open
-# Runs from ix_runs_active_by_cron instead of walking its history.
+# is the partial index's own text (schema.ACTIVE_STATUS_SQL), so PostgreSQL's planner reads only the cron's
+# open Runs from ix_runs_active_by_cron instead of walking its history; SQLite's, which never has statistics
+# here, is held to that index by name.
 _a_latest = _a.alias("latest")
 _LATEST_ATTEMPT_NO = (select(func.max(_a_latest.c.attempt)).where(_a_latest.c.run_id == _r.c.id)
                       .correlate(_r).scalar_subquery())
@@ -198,7 +237,8 @@ _ACTIVE_CANDIDATES = _Prepared(
     select(_r, *[_a.c[name].label(f"a__{name}") for name in _ATTEMPT_FIELDS])
     .select_from(_r.outerjoin(_a, and_(_a.c.run_id == _r.c.id, _a.c.attempt == _LATEST_ATTEMPT_NO)))
     .where(_r.c.legacy_cron_id == bindparam("b_cron"), text(f"runs.{ACTIVE_STATUS_SQL}"))
-    .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(bindparam("b_limit")))
+    .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(bindparam("b_limit")),
+    sqlite_index=index_named(_r, "ix_runs_active_by_cron"))
 # ON CONFLICT DO NOTHING: concurrent first runs of one revision must not fail each other.
 _INSERT_SNAPSHOT_PG = _Prepared(postgresql_insert(task_snapshots_table).on_conflict_do_nothing(
     index_elements=["task_revision"]), [c.name for c in task_snapshots_table.columns])

@@ -58,6 +58,11 @@ ACTIVE_STATUS_SQL = _status_in(sorted(s.value for s in RUN_ACTIVE))
 BRIDGE_OWNED_SQL = "owner = 'bridge'"
 
 
+def index_named(table: Table, name: str) -> Index:
+    """The table's index of that name (a statement that must read it names it from here, not by a string)."""
+    return next(index for index in table.indexes if index.name == name)
+
+
 def _status_check(name: str, values: list[str]) -> CheckConstraint:
     return CheckConstraint(_status_in(values), name=name)
 
