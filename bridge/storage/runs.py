@@ -37,7 +37,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from bridge.domain.aggregate import AttemptWrite, ChangeSet
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import ActorType, EventType, RunEvent
-from bridge.domain.model import RUN_TERMINAL, AttemptStatus, Run, RunAttempt, RunStatus
+from bridge.domain.model import AttemptStatus, Run, RunAttempt, RunStatus
 from bridge.service.ports import ActiveCandidate, MismatchRecord, TaskSnapshot
 from bridge.storage.errors import translate_integrity_error
 from bridge.storage.schema import (
@@ -53,7 +53,6 @@ from bridge.storage.schema import (
 
 _RUN_FIELDS = tuple(f.name for f in fields(Run))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
-_TERMINAL_VALUES = tuple(s.value for s in RUN_TERMINAL)
 
 # The hot-path statements are Core statements built once and compiled once per dialect, then run on
 # the connection's DB-API cursor inside the transaction SQLAlchemy manages. Rebuilding, re-compiling and
@@ -238,6 +237,11 @@ _ACTIVE_CANDIDATES = _Prepared(
     .select_from(_r.outerjoin(_a, and_(_a.c.run_id == _r.c.id, _a.c.attempt == _LATEST_ATTEMPT_NO)))
     .where(_r.c.legacy_cron_id == bindparam("b_cron"), text(f"runs.{ACTIVE_STATUS_SQL}"))
     .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(bindparam("b_limit")),
+    sqlite_index=index_named(_r, "ix_runs_active_by_cron"))
+# Whether any open Run has this owner (primary mode asks it before forwarding an end): read from the index of
+# open Runs, like the candidates above, so a long closed history is never walked.
+_ANY_ACTIVE_OWNED_BY = _Prepared(
+    select(exists().where(text(f"runs.{ACTIVE_STATUS_SQL}"), _r.c.owner == bindparam("b_owner"))),
     sqlite_index=index_named(_r, "ix_runs_active_by_cron"))
 # ON CONFLICT DO NOTHING: concurrent first runs of one revision must not fail each other.
 _INSERT_SNAPSHOT_PG = _Prepared(postgresql_insert(task_snapshots_table).on_conflict_do_nothing(
@@ -424,6 +428,5 @@ class SqlRunStore:
             state="pending", attempts=0, next_attempt_at_ms=at_ms))
 
     def has_active_runs_owned_by(self, owner: str) -> bool:
-        r = runs_table
-        cond = and_(r.c.owner == owner, r.c.status.notin_(_TERMINAL_VALUES))
-        return bool(self._conn.execute(select(exists().where(cond))).scalar())
+        row = _ANY_ACTIVE_OWNED_BY.execute(self._conn, {"b_owner": owner}).first()
+        return bool(row and next(iter(row.values())))

@@ -6,13 +6,14 @@
 For each size N, a fresh bridge store (tests/bench/stores.py) gets one cron whose history is N closed Runs
 owned by 2.x (one recorded through the real ShadowRecorder, then cloned with INSERT ... SELECT so a large
 history takes seconds), and then, as after a promotion, two bridge-owned Runs of the same cron: one
-finished, one running. Two reads are timed --reads times each after a warm-up, and their answers checked:
+finished, one running. Three reads are timed --reads times each after a warm-up, and their answers checked:
 SqlOutbox.facts_for_cron (what the projector reads for each outbox row: the running Run active, the
-finished one newest terminal) and ShadowRecorder.read_ahead_end (a cron's open Runs, which every end
-callback reads to correlate: the running Run). Prints p50 per size and the ratio p50(largest) /
-p50(smallest): with the partial indexes of bridge-owned and of open Runs neither read depends on the
-history (target: about 1). The SQLite store is left without ANALYZE, as the bridge leaves it; the
-PostgreSQL one is analyzed, as autovacuum leaves it.
+finished one newest terminal), ShadowRecorder.read_ahead_end (a cron's open Runs, which every end callback
+reads to correlate: the running Run) and ShadowRecorder.has_active_bridge_runs (whether any bridge-owned Run
+is open, which primary mode asks, at most once a second, before forwarding an end). Prints p50 per size and
+the ratio p50(largest) / p50(smallest): with the partial indexes of bridge-owned and of open Runs no read
+depends on the history (target: about 1). The SQLite store is left without ANALYZE, as the bridge leaves it;
+the PostgreSQL one is analyzed, as autovacuum leaves it.
 
 This is a benchmark, not a test: it asserts nothing about timing and exits 0 after printing.
 """
@@ -78,7 +79,10 @@ def p50_ms(read: Callable[[], object], reads: int) -> float:
     return statistics.median(times[5:]) * 1000
 
 
-def measure(backend: str, size: int, reads: int, root: Path, pg_url: str) -> tuple[float, float]:
+READS = ("projector: facts_for_cron", "callback: read_ahead_end", "primary: has_active_bridge_runs")
+
+
+def measure(backend: str, size: int, reads: int, root: Path, pg_url: str) -> tuple[float, ...]:
     with fresh_store(backend, root, pg_url, name=f"reads{size}") as (url, schema):
         engine = make_engine(url, pg_search_path=schema)
         try:
@@ -95,8 +99,10 @@ def measure(backend: str, size: int, reads: int, root: Path, pg_url: str) -> tup
             assert terminal is not None and terminal.status == "succeeded", terminal
             open_runs = recorder.read_ahead_end(CRON)
             assert [c.run.status.value for c in open_runs] == ["running"], open_runs
+            assert recorder.has_active_bridge_runs()
             return (p50_ms(lambda: outbox.facts_for_cron(CRON), reads),
-                    p50_ms(lambda: recorder.read_ahead_end(CRON), reads))
+                    p50_ms(lambda: recorder.read_ahead_end(CRON), reads),
+                    p50_ms(recorder.has_active_bridge_runs, reads))
         finally:
             engine.dispose()
 
@@ -120,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-projector-reads-") as tmp:
         for backend in backends:
             by_size = [measure(backend, size, args.reads, Path(tmp), args.pg_url) for size in sizes]
-            for i, read in enumerate(("projector: facts_for_cron", "callback: read_ahead_end")):
+            for i, read in enumerate(READS):
                 p50 = [measured[i] for measured in by_size]
                 table.add_row(backend, read, *[f"{v:.2f}" for v in p50], f"{p50[-1] / p50[0]:.2f}")
     console.print(table)
