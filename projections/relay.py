@@ -95,13 +95,17 @@ class Projector:
         self._batch = max(1, batch)
         self._max_writes = max(1, max_writes)
         self._waiting: set[int] = set()  # rows this projector put into backoff and has not seen land
+        self._next_retry_ms: int | None = None  # the earliest a row it put into backoff is due again
         self.backlog = False  # the last pass left due rows for the next one
 
     def run_once(self, limit: int = 100) -> dict[str, int]:
         """One pass: up to ``limit`` due rows in at most one 2.x transaction (a batch that fails for one of its
         crons is split, cron by cron); returns counts by result. Raises ProjectionHaltedError."""
         counts = {"applied": 0, "retried": 0, "parked": 0}
-        rows = self._outbox.due_by_cron(self._clock.now_ms(), self._batch, max(1, limit))
+        now_ms = self._clock.now_ms()
+        if self._next_retry_ms is not None and self._next_retry_ms <= now_ms:
+            self._next_retry_ms = None  # due now: this pass reads it
+        rows = self._outbox.due_by_cron(now_ms, self._batch, max(1, limit))
         units = _units(rows)
         taken = dict(list(units.items())[:self._max_writes])
         self.backlog = len(taken) < len(units) or len(rows) >= limit or len({c for c, _ in units}) >= self._batch
@@ -109,6 +113,13 @@ class Projector:
             for result in self._apply_units(taken):
                 counts[result] += 1
         return counts
+
+    def retry_due_in_s(self) -> float | None:
+        """Seconds until the earliest row this projector put into backoff is due again (0 when it is due
+        now), or None when it is waiting for none: a thread that idles comes back for that row then."""
+        if self._next_retry_ms is None:
+            return None
+        return max(0.0, (self._next_retry_ms - self._clock.now_ms()) / 1000)
 
     def drain(self, timeout_s: float = 10.0, poll_s: float = 0.05) -> dict[str, int]:
         """Pass after pass until nothing is due and no row this projector retried is still waiting out its
@@ -183,8 +194,10 @@ class Projector:
         code = _error_code(exc)
         if attempts >= self._max_attempts:
             return self._park(row, attempts, code)
-        self._outbox.mark_retry(row.id, attempts, self._clock.now_ms() + self.backoff_ms(attempts), code)
+        due_ms = self._clock.now_ms() + self.backoff_ms(attempts)
+        self._outbox.mark_retry(row.id, attempts, due_ms, code)
         self._waiting.add(row.id)
+        self._next_retry_ms = due_ms if self._next_retry_ms is None else min(self._next_retry_ms, due_ms)
         self._metrics.projection_retry("retried")
         return "retried"
 

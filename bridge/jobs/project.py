@@ -115,11 +115,17 @@ class ProjectorThread:
                 self._stop.wait(self._retry_after(self._halted))  # notify() does not hurry a broken database
                 continue
             if not backlog:
-                self._wake.wait(self._interval_s)
+                self._wake.wait(self._idle_s())
             # Rows committed since the last pass with rows wait for the next tick and go together.
             pause = self._catch_up_s if backlog else self._last_rows_at + self.spacing_s - time.monotonic()
             if pause > 0:
                 self._stop.wait(pause)
+
+    def _idle_s(self) -> float:
+        """The idle poll, or less when a row this projector retried (2.x was busy) is due sooner: its backoff
+        is a fraction of a second at first, and the pause below still spaces the passes by the tick."""
+        retry_in = self._projector.retry_due_in_s()
+        return self._interval_s if retry_in is None else min(self._interval_s, retry_in)
 
     @property
     def spacing_s(self) -> float:

@@ -161,6 +161,11 @@ class World:
         return Projector(parts["outbox"], parts["writer"], parts["metrics"], parts["clock"], rng=parts["rng"],
                          **options)
 
+    def outbox_states(self) -> list[str]:
+        """The outbox rows' states in id order: what a test polls while a thread projects, instead of reading
+        2.x's database, whose every read would take the lock the projector's write then finds busy."""
+        return [row["state"] for row in self.outbox_rows()]
+
     def outbox_rows(self) -> list[dict[str, Any]]:
         t = projection_outbox_table
         with self.backend.engine.connect() as conn:  # type: ignore[union-attr]
