@@ -74,6 +74,11 @@ class _Result:
     def first(self) -> dict[str, Any] | None:
         return self.rows[0] if self.rows else None
 
+    def truth(self) -> bool:
+        """The first column of the first row as a bool (an EXISTS), False when there is no row."""
+        row = self.first()
+        return bool(row and next(iter(row.values())))
+
 
 def pin_sqlite_index(sql: str, index: Index) -> str:
     """SQLite text that reads the index's table only through that index (``INDEXED BY``), at every FROM of it.
@@ -324,8 +329,7 @@ class SqlRunStore:
         return [attempt_from_row(r) for r in _SELECT_ATTEMPTS.execute(self._conn, {"b_run_id": run_id}).rows]
 
     def has_dedupe_key(self, run_id: str, dedupe_key: str) -> bool:
-        row = _HAS_DEDUPE.execute(self._conn, {"b_run_id": run_id, "b_key": dedupe_key}).first()
-        return bool(row and next(iter(row.values())))
+        return _HAS_DEDUPE.execute(self._conn, {"b_run_id": run_id, "b_key": dedupe_key}).truth()
 
     def apply(self, change: ChangeSet) -> None:
         """The Run, its touched Attempts and the events, sent together; the CAS counts are checked after."""
@@ -428,5 +432,4 @@ class SqlRunStore:
             state="pending", attempts=0, next_attempt_at_ms=at_ms))
 
     def has_active_runs_owned_by(self, owner: str) -> bool:
-        row = _ANY_ACTIVE_OWNED_BY.execute(self._conn, {"b_owner": owner}).first()
-        return bool(row and next(iter(row.values())))
+        return _ANY_ACTIVE_OWNED_BY.execute(self._conn, {"b_owner": owner}).truth()
