@@ -1,14 +1,18 @@
 """The benchmarks' method, held to what their figures claim (nothing here is about time): the raw side of
 bench_run_service replays RunService's statements and round trips, the throughput rounds of bench_shadow_http
-move every side through every position, and bench_reconcile's fit separates per-cron from per-instance cost."""
+move every side through every position, bench_reconcile's fit separates per-cron from per-instance cost, and
+bench_interceptor's attribution counts sqlite3's C calls on the thread that made them and leaves sqlite3 as it was."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, closing
 
 import pytest
 
+from tests.bench.bench_interceptor import SqliteClock
 from tests.bench.bench_reconcile import fit_growth
 from tests.bench.bench_run_service import (
     IMPLS,
@@ -69,3 +73,21 @@ def test_the_growth_fit_separates_the_cost_per_cron_from_the_cost_per_instance()
     assert fitted is not None
     assert [round(v, 6) for v in fitted] == [0.5, 0.0006, 0.0002]
     assert fit_growth([(10_000, n, seconds(10_000, n)) for n in (10_000, 100_000)]) is None  # crons never vary
+
+
+def test_the_attribution_counts_sqlite_calls_by_the_thread_that_made_them_and_restores_sqlite() -> None:
+    plain_connect = sqlite3.connect
+    clock = SqliteClock()
+    # A statement that makes SQLite itself work: a recursive count to 200,000.
+    busy = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) SELECT count(*) FROM n"
+
+    with clock.installed(), closing(sqlite3.connect(":memory:", check_same_thread=False)) as conn:
+        assert conn.execute(busy).fetchone() == (200000,)
+        caller_only = (clock.caller, clock.lanes)
+        lane = threading.Thread(target=lambda: conn.cursor().execute(busy).fetchall(), name="shadow-0")
+        lane.start()
+        lane.join()
+
+    assert caller_only[0] > 0 and caller_only[1] == 0
+    assert clock.lanes > 0 and clock.caller == caller_only[0]
+    assert sqlite3.connect is plain_connect and sqlite3.dbapi2.connect is plain_connect
