@@ -368,7 +368,11 @@ def audit(env: Env) -> tuple[dict[str, list[int]], dict[str, list[int]] | None]:
 
     statements: dict[str, list[int]] = {}
     step_runs_module._execute_all = counting  # type: ignore[assignment]
-    event.listen(env.engine, "before_cursor_execute", one)  # SQLite's BEGIN IMMEDIATE
+    # SQLite's BEGIN IMMEDIATE, which the store sends on the driver's connection when a transaction begins
+    # (PostgreSQL's BEGIN travels with the first statement and is no statement of its own).
+    begin_event = "begin" if env.name == "sqlite" else None
+    if begin_event:
+        event.listen(env.engine, begin_event, one)
     event.listen(env.engine, "commit", one)
     try:
         lat: list[list[int]] = [[], [], [], []]
@@ -379,7 +383,8 @@ def audit(env: Env) -> tuple[dict[str, list[int]], dict[str, list[int]] | None]:
         statements[IMPLS[1]] = [x[0] for x in lat]
     finally:
         step_runs_module._execute_all = original  # type: ignore[assignment]
-        event.remove(env.engine, "before_cursor_execute", one)
+        if begin_event:
+            event.remove(env.engine, begin_event, one)
         event.remove(env.engine, "commit", one)
     if env.name != "postgres":
         return statements, None
