@@ -18,7 +18,7 @@ MAX_EPOCH_SECONDS = 10_000_000_000
 MAX_DURATION_SECONDS = 31_536_000 * 5
 
 
-def _checked_seconds(value: object, field: str, limit: int) -> Fraction:
+def _checked_seconds(value: object, field: str, limit: int) -> int | Fraction:
     # bool is an int subclass; a JSON true must not become 1 second.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LegacyTimeError(field, "not a number", type(value).__name__)
@@ -28,12 +28,15 @@ def _checked_seconds(value: object, field: str, limit: int) -> Fraction:
         raise LegacyTimeError(field, "negative", type(value).__name__)
     if value > limit:
         raise LegacyTimeError(field, "looks like milliseconds already", "too_large")
-    return Fraction(value)
+    # Whole seconds (what the task shell sends) are exact as they are; only a float needs a Fraction.
+    return value if isinstance(value, int) else Fraction(value)
 
 
-def _round_half_up(exact: Fraction) -> int:
+def _round_half_up(exact: int | Fraction) -> int:
     # Exact rational arithmetic: 1.0005 s is 1000.5 ms exactly as the float holds it,
-    # never 1000.4999 from a binary multiply.
+    # never 1000.4999 from a binary multiply. A whole number of ms is already exact.
+    if isinstance(exact, int):
+        return exact
     return math.floor(exact + Fraction(1, 2))
 
 

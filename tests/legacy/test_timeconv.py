@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.timeconv import (
@@ -31,6 +34,18 @@ def test_floats_convert_exactly_and_round_half_up_to_whole_milliseconds() -> Non
     assert epoch_seconds_to_ms(1784340000.5, field="started_at") == 1784340000500
     assert duration_seconds_to_ms(0.0015, field="d") == 2  # 1.5 ms as the float holds it
     assert duration_seconds_to_ms(2.25, field="d") == 2250
+
+
+@given(st.integers(min_value=0, max_value=10_000_000_000))
+def test_whole_seconds_and_the_same_value_as_a_float_give_the_same_integer_milliseconds(seconds: int) -> None:
+    expected = math.floor(Fraction(seconds) * 1000 + Fraction(1, 2))
+    as_int = epoch_seconds_to_ms(seconds, field="e")
+    as_float = epoch_seconds_to_ms(float(seconds), field="e")
+    assert as_int == as_float == (expected or None)
+    assert type(as_int) is int or as_int is None
+    if seconds <= 31_536_000 * 5:
+        as_duration = duration_seconds_to_ms(seconds, field="d")
+        assert as_duration == duration_seconds_to_ms(float(seconds), field="d") == expected
 
 
 @pytest.mark.parametrize("value", [1784340000000, 10_000_000_001])
