@@ -8,24 +8,31 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.schema import CRONTABS_SENTINEL_COLUMNS, format_updated_at
 
 # 2.x sets no busy_timeout and retries SQLITE_BUSY itself; a reader must never hold the
 # rollback-journal SHARED lock long, so it waits briefly and reads in short statements.
-BUSY_TIMEOUT_S = 0.3
+BUSY_BUDGET_S = 0.3
+# How a read waits for a lock: it tries again after a random pause of up to BUSY_STEP_S, not through SQLite's
+# busy handler. That handler sleeps 1, 2, 5, 10, ... 100 ms between tries, and while 2.x commits back to back
+# (a burst of callbacks) each try woke inside the next commit: in tests/legacy/test_reader_busy.py 15 to 28 of
+# 60 reads waited out the whole budget and failed. The gaps between 2.x's commits are short, not rare.
+BUSY_STEP_S = 0.0005
+T = TypeVar("T")
 COLUMNS_TTL_S = 30.0
 KEPT_CACHE_KIB = 512
 # Objects a QingLong 3.0 migration creates; their presence means the file is no longer plain 2.x.
@@ -289,28 +296,55 @@ class LegacyReader:
         self._idle_file: tuple[int, int] | None = None  # (st_dev, st_ino) the idle connections are open on
         self._lock = threading.Lock()
 
-    def _connect(self) -> sqlite3.Connection:
-        # mode=ro can never create or write the file; as_uri() percent-encodes odd paths.
+    def _connect(self, deadline: float | None = None) -> sqlite3.Connection:
+        # mode=ro can never create or write the file; as_uri() percent-encodes odd paths. timeout=0: a lock is
+        # waited for by _until, not by SQLite's busy handler.
         uri = f"{self.path.resolve().as_uri()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(uri, uri=True, timeout=0, check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
-        if self._keep:
-            conn.execute(f"PRAGMA cache_size=-{KEPT_CACHE_KIB}")  # bounded memory per kept connection
+        if self._keep:  # bounded memory per kept connection; preparing it reads the schema, under 2.x's lock
+            try:
+                self._until(deadline, lambda: conn.execute(f"PRAGMA cache_size=-{KEPT_CACHE_KIB}"))
+            except BaseException:
+                conn.close()
+                raise
         return conn
 
     def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         # One statement = one implicit read transaction, released before rows are used.
-        with self._connection() as conn:
-            return conn.execute(sql, params).fetchall()
+        return self._read(lambda conn: conn.execute(sql, params).fetchall())
+
+    def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work``'s autocommit statements on one connection, run again while 2.x's lock turns them away."""
+        deadline = time.monotonic() + BUSY_BUDGET_S
+        with self._connection(deadline) as conn:
+            return self._until(deadline, lambda: work(conn))
+
+    def _until(self, deadline: float | None, attempt: Callable[[], T]) -> T:
+        """``attempt()``, tried again after a short random pause while SQLITE_BUSY turns it away.
+
+        Raises the last SQLITE_BUSY once ``deadline`` (default: BUSY_BUDGET_S from now) has passed, and any other
+        error at once. A statement refused with SQLITE_BUSY held no lock and left no transaction open, so the
+        connection stays usable.
+        """
+        if deadline is None:
+            deadline = time.monotonic() + BUSY_BUDGET_S
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as exc:
+                if database_state(self.path, exc) is not DatabaseState.LOCKED or time.monotonic() >= deadline:
+                    raise
+            time.sleep(random.uniform(0, BUSY_STEP_S))
 
     @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self, deadline: float) -> Iterator[sqlite3.Connection]:
         """A connection for a few autocommit statements: none holds a lock once it has returned its rows."""
         if not self._keep:
-            with closing(self._connect()) as conn:
+            with closing(self._connect(deadline)) as conn:
                 yield conn
             return
-        file_id, conn = self._checkout()
+        file_id, conn = self._checkout(deadline)
         try:
             yield conn
         except BaseException:
@@ -318,7 +352,7 @@ class LegacyReader:
             raise
         self._checkin(file_id, conn)
 
-    def _checkout(self) -> tuple[tuple[int, int] | None, sqlite3.Connection]:
+    def _checkout(self, deadline: float) -> tuple[tuple[int, int] | None, sqlite3.Connection]:
         try:
             stat = os.stat(self.path)
             file_id: tuple[int, int] | None = (stat.st_dev, stat.st_ino)
@@ -332,7 +366,7 @@ class LegacyReader:
             conn = self._idle.pop() if self._idle else None
         for old in stale:
             old.close()
-        return file_id, conn or self._connect()
+        return file_id, conn or self._connect(deadline)
 
     def _checkin(self, file_id: tuple[int, int] | None, conn: sqlite3.Connection) -> None:
         with self._lock:
@@ -427,18 +461,21 @@ class LegacyReader:
         select = self._select("RunningInstances", _INSTANCE_COLUMNS)
         if select is None:
             return []
-        with self._connection() as conn:
+        with_created_at = "createdAt" in self.columns("RunningInstances")
+
+        def lookup(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             top = conn.execute('SELECT max(id) FROM "RunningInstances"').fetchone()[0]
             if top is None:
                 return []
-            if "createdAt" in self.columns("RunningInstances"):
+            if with_created_at:
                 first = self._first_id_since(conn, int(top), format_updated_at(at_ms - lookback_s * 1000))
                 after = self._first_id_since(conn, int(top), format_updated_at(at_ms + INSTANCE_LOOKAHEAD_S * 1000))
             else:  # not 2.x's own table: the newest ids only
                 first, after = max(0, int(top) + 1 - max_ids), int(top) + 1
-            rows = conn.execute(f'{select} WHERE id >= ? AND id < ? AND cron_id = ? AND "pid" IS ? ORDER BY id DESC',
+            return conn.execute(f'{select} WHERE id >= ? AND id < ? AND cron_id = ? AND "pid" IS ? ORDER BY id DESC',
                                 (first, min(after, first + max_ids), cron_id, pid)).fetchall()
-        return [_instance_from_row(dict(row)) for row in rows]
+
+        return [_instance_from_row(dict(row)) for row in self._read(lookup)]
 
     @staticmethod
     def _first_id_since(conn: sqlite3.Connection, top: int, stamp: str) -> int:
@@ -466,9 +503,9 @@ class LegacyReader:
         if not stat.S_ISREG(status.st_mode):
             return DatabaseState.UNREADABLE
         try:
-            with self._connection() as conn:
-                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                crontabs = {row[0] for row in conn.execute("SELECT name FROM pragma_table_info('Crontabs')")}
+            tables, crontabs = self._read(lambda conn: (
+                {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")},
+                {row[0] for row in conn.execute("SELECT name FROM pragma_table_info('Crontabs')")}))
         except sqlite3.Error as exc:
             return self.state_of(exc)
         if not CRONTABS_SENTINEL_COLUMNS <= crontabs:

@@ -39,8 +39,8 @@ class StatementLog:
         super().__init__(*args, **kwargs)
         self.statements: list[str] = []
 
-    def _connect(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection = super()._connect()  # type: ignore[misc]
+    def _connect(self, *args: Any) -> sqlite3.Connection:
+        conn: sqlite3.Connection = super()._connect(*args)  # type: ignore[misc]
         conn.set_trace_callback(self.statements.append)
         return conn
 
