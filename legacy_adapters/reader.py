@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import sqlite3
 import stat
@@ -27,11 +26,14 @@ from legacy_adapters.schema import CRONTABS_SENTINEL_COLUMNS, format_updated_at
 # 2.x sets no busy_timeout and retries SQLITE_BUSY itself; a reader must never hold the
 # rollback-journal SHARED lock long, so it waits briefly and reads in short statements.
 BUSY_BUDGET_S = 0.3
-# How a read waits for a lock: it tries again after a random pause of up to BUSY_STEP_S, not through SQLite's
-# busy handler. That handler sleeps 1, 2, 5, 10, ... 100 ms between tries, and while 2.x commits back to back
-# (a burst of callbacks) each try woke inside the next commit: in tests/legacy/test_reader_busy.py 15 to 28 of
-# 60 reads waited out the whole budget and failed. The gaps between 2.x's commits are short, not rare.
-BUSY_STEP_S = 0.0005
+# How a read waits for a lock: SQLite's busy handler, held to BUSY_STEP_S per try, then again until the budget.
+# Left alone for the whole budget, that handler sleeps 1, 2, 5, 10, ... 100 ms between tries, and while 2.x
+# commits back to back (a burst of callbacks) each try woke inside the next commit: in
+# tests/legacy/test_reader_busy.py 15 to 28 of 60 reads waited out the budget and failed. The gaps between 2.x's
+# commits are short, not rare; with 2 ms per try the handler never sleeps more than 1 ms at a time, in C,
+# without the GIL. (A Python loop sleeping up to 0.5 ms between tries cost the serving worker 0.25 ms more CPU
+# per callback under four clients, for about the same latency: bench_shadow_http.)
+BUSY_STEP_S = 0.002
 T = TypeVar("T")
 COLUMNS_TTL_S = 30.0
 KEPT_CACHE_KIB = 512
@@ -297,10 +299,10 @@ class LegacyReader:
         self._lock = threading.Lock()
 
     def _connect(self, deadline: float | None = None) -> sqlite3.Connection:
-        # mode=ro can never create or write the file; as_uri() percent-encodes odd paths. timeout=0: a lock is
-        # waited for by _until, not by SQLite's busy handler.
+        # mode=ro can never create or write the file; as_uri() percent-encodes odd paths. A lock is waited for
+        # in steps of BUSY_STEP_S, by _until.
         uri = f"{self.path.resolve().as_uri()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=0, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_STEP_S, check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
         if self._keep:  # bounded memory per kept connection; preparing it reads the schema, under 2.x's lock
             try:
@@ -321,7 +323,7 @@ class LegacyReader:
             return self._until(deadline, lambda: work(conn))
 
     def _until(self, deadline: float | None, attempt: Callable[[], T]) -> T:
-        """``attempt()``, tried again after a short random pause while SQLITE_BUSY turns it away.
+        """``attempt()``, tried again while SQLITE_BUSY turns it away (each try waits up to BUSY_STEP_S itself).
 
         Raises the last SQLITE_BUSY once ``deadline`` (default: BUSY_BUDGET_S from now) has passed, and any other
         error at once. A statement refused with SQLITE_BUSY held no lock and left no transaction open, so the
@@ -335,7 +337,6 @@ class LegacyReader:
             except sqlite3.OperationalError as exc:
                 if database_state(self.path, exc) is not DatabaseState.LOCKED or time.monotonic() >= deadline:
                     raise
-            time.sleep(random.uniform(0, BUSY_STEP_S))
 
     @contextmanager
     def _connection(self, deadline: float) -> Iterator[sqlite3.Connection]:
