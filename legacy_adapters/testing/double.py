@@ -221,6 +221,10 @@ class Legacy2xDouble:
         self._current_lang = "zh"  # i18n.ts: let currentLang = 'zh', until initData sets it
         self._address = (host, port)
         self._lock = threading.Lock()
+        # Sequelize's SQLite connection manager runs every query outside a transaction on one 'default'
+        # connection, and CronService.status opens no transaction: 2.x applies concurrent status callbacks one
+        # after another and never waits on its own lock. (The other routes keep a connection per request.)
+        self._status_writes = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._failures: list[str] = []
         self._kill_hook: Callable[[int, int], None] | None = None
@@ -468,7 +472,7 @@ class Legacy2xDouble:
             return _json(500, {"code": 400, "message": failure, "errors": []})
         if callback.ids is None:
             raise _ServiceError("ids is not iterable")
-        with closing(connect(self.data_dir.database_path)) as conn:
+        with self._status_writes, closing(connect(self.data_dir.database_path)) as conn:
             self._apply_status(conn, callback)
         return _json(200, {"code": 200})
 

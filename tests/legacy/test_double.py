@@ -293,3 +293,53 @@ def test_other_paths_echo_the_request_and_static_assets_are_byte_exact(
     recorded = double.requests()[0]
     assert (recorded.method, recorded.raw_query, recorded.body) == ("POST", "searchValue=a%20b&t=1", body)
     assert recorded.header("x-request-id") == "r-1"
+
+
+def test_concurrent_status_callbacks_write_one_at_a_time_as_2xs_single_connection_does(
+    double: Legacy2xDouble, shell_headers: dict[str, str], legacy_dir: LegacyDataDir,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sequelize's SQLite connection manager runs every query outside a transaction on one 'default' connection,
+    and CronService.status opens none: 2.x applies concurrent callbacks one after another and never meets its own
+    lock. A double that gave each request a connection of its own made them wait on each other's locks."""
+    import threading
+
+    from legacy_adapters.testing import double as double_module
+
+    crons = [legacy_dir.add_cron(f"c{i}", f"task c{i}.js", "0 * * * *") for i in range(8)]
+    open_now, most = [0], [0]
+    counting = threading.Lock()
+    plain_connect = double_module.connect
+
+    class Counted:
+        def __init__(self, path: object) -> None:
+            self._conn = plain_connect(path)  # type: ignore[arg-type]
+            with counting:
+                open_now[0] += 1
+                most[0] = max(most[0], open_now[0])
+            time.sleep(0.02)  # long enough for the other requests to arrive while this one writes
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._conn, name)
+
+        def close(self) -> None:
+            with counting:
+                open_now[0] -= 1
+            self._conn.close()
+
+    monkeypatch.setattr(double_module, "connect", Counted)
+    answers: list[int] = []
+
+    def send(cron: int) -> None:
+        with httpx.Client(base_url=double.url, timeout=10.0) as http:
+            answers.append(start(http, shell_headers, cron, pid=5000 + cron).status_code)
+
+    senders = [threading.Thread(target=send, args=(cron,)) for cron in crons]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+
+    assert answers == [200] * len(crons)
+    assert most[0] == 1
+    assert all(len(legacy_dir.instance_rows(cron)) == 1 for cron in crons)
