@@ -76,7 +76,7 @@ def test_reads_find_the_gaps_between_back_to_back_commits_instead_of_timing_out(
         during = written[0] - before
 
     assert failures == []
-    assert during >= 60, during  # 2.x kept writing all along: the reads met its locks and got through
+    assert during >= 20, during  # 2.x kept writing all along: the reads met its locks and got through
 
 
 def test_a_lock_2x_never_lets_go_still_ends_the_read_within_its_budget(legacy_dir: LegacyDataDir) -> None:
