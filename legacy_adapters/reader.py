@@ -29,7 +29,7 @@ BUSY_BUDGET_S = 0.3
 # How a read waits for a lock: SQLite's busy handler, held to BUSY_STEP_S per try, then again until the budget.
 # Left alone for the whole budget, that handler sleeps 1, 2, 5, 10, ... 100 ms between tries, and while 2.x
 # commits back to back (a burst of callbacks) each try woke inside the next commit: in
-# tests/legacy/test_reader_busy.py 15 to 28 of 60 reads waited out the budget and failed. The gaps between 2.x's
+# tests/legacy/test_reader_busy.py 7 to 28 of 60 reads waited out the budget and failed. The gaps between 2.x's
 # commits are short, not rare; with 2 ms per try the handler never sleeps more than 1 ms at a time, in C,
 # without the GIL. (A Python loop sleeping up to 0.5 ms between tries cost the serving worker 0.25 ms more CPU
 # per callback under four clients, for about the same latency: bench_shadow_http.)

@@ -292,6 +292,12 @@ class Legacy2xDouble:
         with self._lock:
             self._failures.extend([message] * count)
 
+    def simulate_status(self, body: bytes) -> int:
+        """What an authenticated ``PUT /open/crons/status`` with ``body`` does to 2.x's database, without HTTP
+        (for a test that needs 2.x's writes back to back); returns the status code 2.x would answer. A body
+        2.x would refuse raises the error the HTTP route turns into its answer."""
+        return self._status(decode_json_body(body)).status
+
     def simulate_run_single(self, cron_id: int, pid: int, log_path: str) -> bool:
         """runSingle at dequeue: skip unless still queued, else running + pid + log_path."""
         with closing(connect(self.data_dir.database_path)) as conn:

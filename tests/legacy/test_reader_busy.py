@@ -16,19 +16,22 @@ from contextlib import closing, contextmanager
 
 import pytest
 
+from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.reader import LegacyReader
-from legacy_adapters.testing.datadir import LegacyDataDir, connect, immediate
+from legacy_adapters.testing.datadir import LegacyDataDir
+from legacy_adapters.testing.double import Legacy2xDouble
 
 
 @contextmanager
 def starts_recorded_back_to_back(legacy_dir: LegacyDataDir, cron_id: int) -> Iterator[list[int]]:
     """2.x's writes for a burst of start callbacks, one after another as its single connection makes them.
 
-    Each is what CronService.status writes for a start (legacy-2x.md 5.2), through the 2.x double's own write
-    helpers: a RunningInstances row, then the Crontabs update, each in its own short transaction, with no pause
-    between one callback's writes and the next's. Yields a one-item list: the callbacks written so far.
+    Each is what CronService.status writes for a start (legacy-2x.md 5.2), done by the 2.x double without HTTP
+    (its RunningInstances row, then the Crontabs update), with no pause between one callback's writes and the
+    next's. Yields a one-item list: the callbacks written so far.
     """
+    double = Legacy2xDouble(legacy_dir)
     stop = threading.Event()
     written = [0]
 
@@ -36,14 +39,7 @@ def starts_recorded_back_to_back(legacy_dir: LegacyDataDir, cron_id: int) -> Ite
         pid = 10_000
         while not stop.is_set():
             pid += 1
-            with closing(connect(legacy_dir.database_path)) as conn:
-                with immediate(conn):
-                    conn.execute("INSERT INTO RunningInstances (cron_id, pid, log_path, started_at, status, "
-                                 "createdAt, updatedAt) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                 (cron_id, pid, f"burst/{pid}.log", 1, 0, "2026-12-05 00:00:00.000 +00:00",
-                                  "2026-12-05 00:00:00.000 +00:00"))
-                with immediate(conn):
-                    conn.execute("UPDATE Crontabs SET status = 0, pid = ? WHERE id = ?", (pid, cron_id))
+            assert double.simulate_status(render_status_body(cron_id, 0, pid, f"burst/{pid}.log", 1)) == 200
             written[0] += 1
 
     writer = threading.Thread(target=write, name="2x-writer")
