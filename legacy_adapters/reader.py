@@ -305,8 +305,9 @@ class LegacyReader:
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_STEP_S, check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
         if self._keep:  # bounded memory per kept connection; preparing it reads the schema, under 2.x's lock
+            until = time.monotonic() + BUSY_BUDGET_S if deadline is None else deadline
             try:
-                self._until(deadline, lambda: conn.execute(f"PRAGMA cache_size=-{KEPT_CACHE_KIB}"))
+                self._until(until, lambda: conn.execute(f"PRAGMA cache_size=-{KEPT_CACHE_KIB}"))
             except BaseException:
                 conn.close()
                 raise
@@ -322,15 +323,12 @@ class LegacyReader:
         with self._connection(deadline) as conn:
             return self._until(deadline, lambda: work(conn))
 
-    def _until(self, deadline: float | None, attempt: Callable[[], T]) -> T:
+    def _until(self, deadline: float, attempt: Callable[[], T]) -> T:
         """``attempt()``, tried again while SQLITE_BUSY turns it away (each try waits up to BUSY_STEP_S itself).
 
-        Raises the last SQLITE_BUSY once ``deadline`` (default: BUSY_BUDGET_S from now) has passed, and any other
-        error at once. A statement refused with SQLITE_BUSY held no lock and left no transaction open, so the
-        connection stays usable.
+        Raises the last SQLITE_BUSY once ``deadline`` has passed, and any other error at once. A statement
+        refused with SQLITE_BUSY held no lock and left no transaction open, so the connection stays usable.
         """
-        if deadline is None:
-            deadline = time.monotonic() + BUSY_BUDGET_S
         while True:
             try:
                 return attempt()

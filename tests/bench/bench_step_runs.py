@@ -370,9 +370,9 @@ def audit(env: Env) -> tuple[dict[str, list[int]], dict[str, list[int]] | None]:
     step_runs_module._execute_all = counting  # type: ignore[assignment]
     # SQLite's BEGIN IMMEDIATE, which the store sends on the driver's connection when a transaction begins
     # (PostgreSQL's BEGIN travels with the first statement and is no statement of its own).
-    begin_event = "begin" if env.name == "sqlite" else None
-    if begin_event:
-        event.listen(env.engine, begin_event, one)
+    count_begin = env.name == "sqlite"
+    if count_begin:
+        event.listen(env.engine, "begin", one)
     event.listen(env.engine, "commit", one)
     try:
         lat: list[list[int]] = [[], [], [], []]
@@ -383,8 +383,8 @@ def audit(env: Env) -> tuple[dict[str, list[int]], dict[str, list[int]] | None]:
         statements[IMPLS[1]] = [x[0] for x in lat]
     finally:
         step_runs_module._execute_all = original  # type: ignore[assignment]
-        if begin_event:
-            event.remove(env.engine, begin_event, one)
+        if count_begin:
+            event.remove(env.engine, "begin", one)
         event.remove(env.engine, "commit", one)
     if env.name != "postgres":
         return statements, None
