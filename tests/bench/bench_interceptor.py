@@ -52,12 +52,13 @@ from legacy_adapters.testing.datadir import create_legacy_data_dir
 
 HEADERS = {"Content-Type": "application/json", "User-Agent": "curl/8.5.0"}
 STATUS_PATH = "/open/crons/status"
+LANE_THREAD_PREFIX = "shadow-"  # the interceptor names its lanes' threads so (ThreadPoolExecutor thread_name_prefix)
 
 
 def lane_cpu() -> float:
     """CPU seconds of the shadow lanes' threads so far (the rest of ``process_time`` is the calling thread's)."""
     return sum(time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-               for thread in threading.enumerate() if thread.name.startswith("shadow-") and thread.ident)
+               for thread in threading.enumerate() if thread.name.startswith(LANE_THREAD_PREFIX) and thread.ident)
 
 
 class SqliteClock:
@@ -68,7 +69,7 @@ class SqliteClock:
         self.caller = 0.0
 
     def add(self, seconds: float) -> None:
-        if threading.current_thread().name.startswith("shadow-"):
+        if threading.current_thread().name.startswith(LANE_THREAD_PREFIX):
             self.lanes += seconds
         else:
             self.caller += seconds
