@@ -101,6 +101,7 @@ class Container:
     http: httpx.Client
     store: Store | None = None
     flags: FlagService | None = None
+    modes: CachedModes | None = None  # the flags in force for the callback path and the reconciler
     interceptor: Any = None  # bridge.web.proxy.CallbackInterceptor, or None for a pure pass-through
     closers: list[Any] = field(default_factory=list)
 
@@ -145,7 +146,9 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store)
     metrics.registry.register(build_store_gauges(settings, store))
     container.flags = build_flags(store)
-    modes = CachedModes(container.flags)
+    modes = container.modes = CachedModes(container.flags, max_stale_s=settings.flags_max_stale_s,
+                                          on_failure=metrics.flags_refresh_failed)
+    metrics.watch_flags_age(modes.cache.age_s)
     if settings.legacy_database_path is not None:
         # One reader for the callback path and the reconciler, keeping a few connections open: a Crontabs
         # lookup precedes every start callback. Closed last (closers run in reverse).

@@ -52,6 +52,9 @@ class Settings:
     reconcile_lookback_s: int = 7 * 86_400
     # How long an end with a signal exit waits for 2.x's evidence of a stop (bridge.jobs.stop_decisions).
     stop_decision_window_s: int = 5
+    # How old the flags in force may get while the store cannot be read before readiness calls them stale;
+    # they stay in force past it (bridge.service.flags.CachedModes).
+    flags_max_stale_s: int = 60
     log_format: str = "text"
 
     @classmethod
@@ -104,6 +107,7 @@ class Settings:
             reconcile_grace_s=_int(env, "BRIDGE_RECONCILE_GRACE_S", 120, low=0, high=86_400),
             reconcile_lookback_s=_int(env, "BRIDGE_RECONCILE_LOOKBACK_S", 7 * 86_400, low=60, high=366 * 86_400),
             stop_decision_window_s=_int(env, "BRIDGE_STOP_DECISION_WINDOW_S", 5, low=0, high=600),
+            flags_max_stale_s=_int(env, "BRIDGE_FLAGS_MAX_STALE_S", 60, low=1, high=86_400),
             log_format=_choice(env, "BRIDGE_LOG_FORMAT", "text", LOG_FORMATS),
         )
 

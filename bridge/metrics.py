@@ -8,7 +8,7 @@ allowlist, so a cron id, run id, command or user can never become a label (anyth
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import MappingProxyType
 
@@ -54,7 +54,7 @@ CALLBACK_KINDS = frozenset({"start", "end", "stop", "instance_stop", "other"})
 _MODES = frozenset(m.value for m in Mode)
 _CALLBACK_PATHS = frozenset({"/open/crons/status", "/api/crons/status", "/open/crons/stop", "/api/crons/stop"})
 _LEGACY_STATES = frozenset(s.value for s in DatabaseState) - {DatabaseState.OK.value}
-_LEGACY_USES = frozenset({"shadow", "projection", "recovery"})
+_LEGACY_USES = frozenset({"shadow", "projection", "recovery", "auth"})
 ONE_PROCESS_HELP = (
     "Always 1; names this bridge's version. Every counter and histogram here is this one process's own "
     "since it started (ql-bridge serve is one process, waitress threads), reset by a restart; the store "
@@ -121,6 +121,10 @@ class BridgeMetrics:
         self._legacy_db = Counter(p + "legacy_database_unavailable_total", "Reads or writes of 2.x's database that "
                                   "met it locked, hot-journaled, missing, damaged or foreign", ["state", "use"],
                                   registry=r)
+        self._flags_failed = Counter(p + "flags_refresh_failed_total", "Reads of the flag table that failed; the "
+                                     "last flags read stayed in force", ["error"], registry=r)
+        self._flags_age = Gauge(p + "flags_age_seconds", "Age of the flags in force (since they were last read); "
+                                "grows only while refreshes fail", registry=r)
         self.forward_seconds = Histogram(p + "forward_seconds", "Time to forward a request to 2.x",
                                          registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1, 5))
         self.shadow_write_seconds = Histogram(p + "shadow_write_seconds", "Time of one shadow write", registry=r,
@@ -180,6 +184,14 @@ class BridgeMetrics:
 
     def callback_body_oversize(self, path: str) -> None:
         self._oversize.labels(bounded(path, _CALLBACK_PATHS)).inc()
+
+    def flags_refresh_failed(self, error: str) -> None:
+        """``error``: a BridgeError code (STORE_UNAVAILABLE → store_unavailable) or anything else (internal)."""
+        self._flags_failed.labels(SHADOW_FAILURE_LABELS.get(error, "internal")).inc()
+
+    def watch_flags_age(self, age_s: Callable[[], float | None]) -> None:
+        """The flags gauge reads ``age_s`` at scrape time (0 before any read: nothing is in force yet)."""
+        self._flags_age.set_function(lambda: age_s() or 0.0)
 
     def legacy_database_unavailable(self, state: str, use: str) -> None:
         self._legacy_db.labels(bounded(state, _LEGACY_STATES), bounded(use, _LEGACY_USES)).inc()

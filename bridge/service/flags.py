@@ -1,13 +1,12 @@
 """Per-origin feature flags (off → shadow → primary): audited changes and the promotion gate.
 
-Unknown or unreadable flag data means off, never primary. Promotion to primary needs the origin's
-latest cutover report to pass every gate; a refusal names each failing gate.
+Unknown flag data means off, never primary; flags once read stay in force while a refresh fails
+(`CachedModes`). Promotion to primary needs the origin's latest cutover report to pass every gate; a refusal
+names each failing gate.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,8 +14,8 @@ from typing import Any, Protocol
 
 from bridge.domain.errors import BridgeError
 from bridge.domain.model import Mode, Origin
+from bridge.service.last_known import LastKnown
 
-log = logging.getLogger("bridge.flags")
 ORIGINS = tuple(o.value for o in Origin)
 
 
@@ -167,29 +166,22 @@ def _mode_or_off(value: str | None) -> Mode:
 
 
 class CachedModes:
-    """ModeSource over the flag table, re-read at most once per ``ttl_s``; any read failure means all off."""
+    """ModeSource over the flag table, re-read at most once per ``ttl_s``.
 
-    def __init__(self, flags: FlagService, ttl_s: float = 1.0) -> None:
-        self._flags = flags
-        self._ttl_s = ttl_s
-        self._lock = threading.Lock()
-        self._modes: dict[str, Mode] = {}
-        self._read_at = float("-inf")
+    The flags are the operator's decision, so a failed read never changes them: the last flags read stay in
+    force (``LastKnown``), however long the store stays unreadable; past ``max_stale_s`` readiness reports
+    them stale. Only before any read has succeeded is every origin off (unknown configuration means off).
+    """
+
+    def __init__(self, flags: FlagService, ttl_s: float = 1.0, *, max_stale_s: float = 60.0,
+                 on_failure: Callable[[str], None] = lambda _error: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cache: LastKnown[dict[str, Mode]] = LastKnown(flags.modes, what="flags", fallback={}, ttl_s=ttl_s,
+                                                           max_stale_s=max_stale_s, on_failure=on_failure,
+                                                           clock=clock)
 
     def mode_for(self, origin: str) -> Mode:
-        return self._current().get(origin, Mode.OFF)
+        return self.cache.get().get(origin, Mode.OFF)
 
     def any_enabled(self) -> bool:
-        return any(mode is not Mode.OFF for mode in self._current().values())
-
-    def _current(self) -> dict[str, Mode]:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._read_at >= self._ttl_s:
-                try:
-                    self._modes = self._flags.modes()
-                except Exception as exc:  # noqa: BLE001 - unreadable flags mean off, whatever the cause
-                    log.warning("flags unreadable, treating every origin as off: %s", type(exc).__name__)
-                    self._modes = {}
-                self._read_at = now
-            return self._modes
+        return any(mode is not Mode.OFF for mode in self.cache.get().values())

@@ -13,6 +13,10 @@
     write, but it cannot see a full disk, which only real writes show. STORE_DISABLED without a store.
   - `upstream`: 2.x's own `/api/health` within `UPSTREAM_TIMEOUT_S`: UPSTREAM_OK, UPSTREAM_UNHEALTHY
     (it answered, not 200), UPSTREAM_UNREACHABLE (no answer: refused, timed out, reset).
+  - `flags`: the origin flags in force. FLAGS_OK; FLAGS_REFRESH_FAILING (a warning: the store could not be
+    read lately and the last flags read stay in force); FLAGS_STALE ("error") once they are older than
+    `BRIDGE_FLAGS_MAX_STALE_S` and still cannot be re-read (they stay in force: an unreadable store never
+    changes an origin's mode); FLAGS_DISABLED without a store.
   - `reconciler` (informational, never "error": a stalled reconciler does not stop the bridge serving):
     RECONCILER_OK, RECONCILER_PASS_RUNNING, RECONCILER_LAST_PASS_FAILED, RECONCILER_STALE (no pass
     started for `STALE_INTERVALS` intervals), RECONCILER_NEVER_RAN, RECONCILER_UNREADABLE,
@@ -40,12 +44,13 @@ from bridge.web import current_container
 if TYPE_CHECKING:
     from bridge.bootstrap import Store
     from bridge.config import Settings
+    from bridge.service.flags import CachedModes
 
 UPSTREAM_HEALTH_PATH = "/api/health"  # what 2.x's Docker HEALTHCHECK polls
 UPSTREAM_TIMEOUT_S = 2.0
 WRITE_WINDOW_S = 60.0  # writes older than this say nothing about the store any more
 STALE_INTERVALS = 3
-GATES = ("store", "upstream")  # the checks that make the bridge unready
+GATES = ("store", "upstream", "flags")  # the checks that make the bridge unready
 
 health = Blueprint("health", __name__)
 
@@ -63,6 +68,7 @@ def readyz() -> tuple[Response, int]:
     container = current_container()
     checks = {"store": check_store(container.store),
               "upstream": check_upstream(container.http, container.settings.legacy_url),
+              "flags": check_flags(container.modes),
               "reconciler": check_reconciler(container.store, container.settings),
               "seam": check_seam(container.store, container.settings)}
     ready = all(checks[name]["status"] != "error" for name in GATES)
@@ -98,6 +104,21 @@ def _probe_store(store: Store) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - any failure means "not writable"; the code is enough to act on
         return {"status": "error", "reason": "STORE_PROBE_FAILED", "error": getattr(exc, "code", type(exc).__name__)}
     return {"status": "ok", "reason": "STORE_PROBE_OK", "latency_ms": _ms_since(started)}
+
+
+def check_flags(modes: CachedModes | None) -> dict[str, Any]:
+    """The flags in force: read lately, kept through failed refreshes, or kept past their staleness bound."""
+    if modes is None:
+        return {"status": "disabled", "reason": "FLAGS_DISABLED"}
+    cache = modes.cache
+    cache.get()  # a refresh when the last is over a second old, so an idle bridge reports the store as it is now
+    age = cache.age_s()
+    detail = {"age_s": None if age is None else round(age, 3), "max_stale_s": cache.max_stale_s}
+    if cache.stale:
+        return {"status": "error", "reason": "FLAGS_STALE", **detail}
+    if cache.failing:
+        return {"status": "warn", "reason": "FLAGS_REFRESH_FAILING", **detail}
+    return {"status": "ok", "reason": "FLAGS_OK", **detail}
 
 
 def check_reconciler(store: Store | None, settings: Settings) -> dict[str, Any]:

@@ -6,6 +6,7 @@ the pool, and the retry runs on a fresh connection. A connection lost during COM
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -15,9 +16,12 @@ from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from bridge.domain.errors import StoreUnavailableError
+from bridge.domain.model import Mode
 from bridge.service.clock import SystemClock
+from bridge.service.flags import FlagService
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
+from bridge.storage.flags import SqlFlagStore
 from bridge.storage.runs import SqlRunStore
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from tests.contract.lifecycle import create, sequences
@@ -112,3 +116,14 @@ def test_a_connection_lost_during_commit_is_not_retried_and_the_next_write_succe
     assert len(tries) == 1  # the outcome of that COMMIT is unknown: it is never sent twice
     service = RunService(uow, clock=SystemClock())
     assert sequences(service, create(service).id) == [1]
+
+
+def test_the_flags_are_read_on_a_fresh_connection_after_the_server_dropped_the_pool(
+        named_engine: Engine, postgres_url: str, app_name: str) -> None:
+    flags = FlagService(SqlFlagStore(named_engine), lambda: time.time_ns() // 1_000_000)
+    flags.set_mode("manual", "shadow", actor="ops", reason="measure")
+    warm(named_engine, POOL_SIZE)
+    assert terminate_backends(postgres_url, app_name) == POOL_SIZE
+
+    # The first read met a dead connection and raised; the callback path then saw every origin off.
+    assert flags.modes()["manual"] is Mode.SHADOW

@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import create_engine, insert, select
 
 from bridge.domain.model import Mode
 from bridge.service.admin import admin_token_matches, new_admin_token
@@ -96,7 +96,7 @@ def test_promotion_is_refused_while_the_origins_callbacks_bypass_the_bridge_thou
     assert flags.modes()["manual"] is Mode.OFF
 
 
-def test_unreadable_flags_read_as_off(flags: FlagService) -> None:
+def test_flags_never_read_are_off(flags: FlagService) -> None:
     flags.set_mode("manual", "shadow", actor="a", reason="r")
 
     class Broken(FlagService):
@@ -106,6 +106,22 @@ def test_unreadable_flags_read_as_off(flags: FlagService) -> None:
     assert CachedModes(flags).mode_for("manual") is Mode.SHADOW
     broken = CachedModes(Broken(SqlFlagStore.__new__(SqlFlagStore), lambda: 0))
     assert broken.mode_for("manual") is Mode.OFF and not broken.any_enabled()
+
+
+def test_the_last_flags_read_stay_in_force_while_the_store_cannot_be_read(
+        flags: FlagService, sql_backend: Backend) -> None:
+    flags.set_mode("manual", "shadow", actor="ops", reason="measure")
+    failures: list[str] = []
+    clock = [0.0]
+    modes = CachedModes(flags, on_failure=failures.append, clock=lambda: clock[0])
+    assert modes.mode_for("manual") is Mode.SHADOW
+    sql_backend.engine.dispose()
+    broken = SqlFlagStore(create_engine("sqlite:////nonexistent-folder/store.sqlite"))
+    flags._store = broken  # the same service, its store now failing every read
+    clock[0] += 5.0
+
+    assert modes.mode_for("manual") is Mode.SHADOW and modes.any_enabled()
+    assert failures == ["STORE_UNAVAILABLE"]
 
 
 def test_the_admin_token_is_stored_hashed_and_checked(flags: FlagService, sql_backend: Backend) -> None:
