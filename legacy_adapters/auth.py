@@ -10,6 +10,10 @@ also writes the resolved value to the Keyv row ``keyv:lang``, so that row is wha
 fallback included; the bridge cannot recompute ``systemLang()`` (it depends on 2.x's Node build and
 environment). Without the row (2.x releases before v2.21.0 have no i18n) the answer is 2.x's default,
 Chinese. Only exactly "en" translates.
+
+A keyv file that cannot be read (locked, a hot journal a killed writer left, damaged) raises
+LegacyDatabaseError with the file's state (``DatabaseState``), as 2.x's database does: the caller decides
+what to do without the check (primary mode forwards the callback to 2.x, which checks the token itself).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from legacy_adapters.errors import LegacyAuthError
+from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
+from legacy_adapters.reader import database_state
 
 MESSAGE_LOGIN_FIRST = "请先登录"  # "please log in first"
 MESSAGE_TOKEN_EXPIRED = "Token 已失效"  # "token expired"
@@ -110,7 +115,8 @@ class LegacyTokenAuthority:
     def check_open_request(
         self, path: str, authorization: str | None, now_s: float, *, user_agent: str | None = None
     ) -> None:
-        """Return if 2.x would let the request through. Raises LegacyAuthError (2.x's 401 body)."""
+        """Return if 2.x would let the request through. Raises LegacyAuthError (2.x's 401 body), or
+        LegacyDatabaseError (its ``reason`` a DatabaseState value) when keyv.sqlite cannot be read."""
         token = extract_token(authorization)
         apps, auth_info, lang = self._snapshot()
         app, entry = self._find_app_token(apps, token)
@@ -154,9 +160,12 @@ class LegacyTokenAuthority:
         if not self.keyv_path.is_file():
             return [], {}, DEFAULT_LANG
         uri = f"{self.keyv_path.resolve().as_uri()}?mode=ro"
-        with closing(sqlite3.connect(uri, uri=True, timeout=0.3)) as conn:
-            rows = dict(conn.execute(
-                "SELECT key, value FROM keyv WHERE key IN ('keyv:apps', 'keyv:authInfo', 'keyv:lang')"))
+        try:
+            with closing(sqlite3.connect(uri, uri=True, timeout=0.3)) as conn:
+                rows = dict(conn.execute(
+                    "SELECT key, value FROM keyv WHERE key IN ('keyv:apps', 'keyv:authInfo', 'keyv:lang')"))
+        except sqlite3.Error as exc:
+            raise LegacyDatabaseError(str(self.keyv_path), database_state(self.keyv_path, exc).value) from exc
         apps = _keyv_value(rows.get("keyv:apps"))
         auth_info = _keyv_value(rows.get("keyv:authInfo"))
         lang = _keyv_value(rows.get("keyv:lang"))

@@ -3,23 +3,26 @@
 Authorisation is 2.x's own for /open/* (App token from the keyv cache, `crons` scope, expiry; the same
 401 bodies). The Run facts and the projection outbox row commit together; a failure before commit
 answers a 2.x-shaped 5xx and leaves nothing half-written.
+
+A keyv file that cannot be read leaves the token unchecked, so the bridge does not answer: the callback goes on
+to 2.x, which checks it and records the execution itself (fail-open, as for an unreadable database.sqlite),
+counted in legacy_database_unavailable_total{use="auth"} and logged when the file's state changes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from collections.abc import Callable, Mapping
 
 from bridge.callbacks.answers import OK_2X, LocalAnswer
 from bridge.domain.errors import BridgeError
 from bridge.metrics import BridgeMetrics
+from bridge.service.last_known import LastKnown
 from bridge.service.ports import Clock
 from bridge.service.shadow import ShadowRecorder
 from legacy_adapters.auth import LegacyTokenAuthority
-from legacy_adapters.errors import LegacyAuthError
+from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
 
 log = logging.getLogger("bridge.callbacks.primary")
 SHELL_PATH = "/open/crons/status"
@@ -33,18 +36,26 @@ class PrimaryAnswerer:
         self._metrics = metrics
         self._clock = clock
         self._on_commit = on_commit
-        self._ttl_s = owned_ttl_s
-        self._lock = threading.Lock()
-        self._owned: tuple[float, bool] = (float("-inf"), False)
+        # Whether the bridge owns an open execution; an unreadable store keeps the last answer in force (and,
+        # before any answer, assumes it may: the end's own owner read then decides, or fails counted).
+        self._owned = LastKnown(recorder.has_active_bridge_runs, what="bridge-owned Runs", fallback=True,
+                                ttl_s=owned_ttl_s)
+        self._keyv_state: str | None = None  # why keyv.sqlite could not be read last time, if it could not
 
-    def answer(self, headers: Mapping[str, str] | None, record: Callable[[], object]) -> LocalAnswer:
-        """Authorise like 2.x, then record; the shell gets {"code":200}, 2.x's 401, or a 2.x-shaped 500."""
+    def answer(self, headers: Mapping[str, str] | None, record: Callable[[], object]) -> LocalAnswer | None:
+        """Authorise like 2.x, then record; the shell gets {"code":200}, 2.x's 401, or a 2.x-shaped 500.
+        None: the token could not be checked (keyv.sqlite unreadable), so 2.x must answer."""
         headers = headers or {}
         try:
             self._auth.check_open_request(SHELL_PATH, headers.get("Authorization"), self._clock.now_ms() // 1000,
                                           user_agent=headers.get("User-Agent"))
         except LegacyAuthError as exc:
+            self._keyv_reads_again()
             return LocalAnswer(exc.legacy_status, exc.legacy_body)
+        except LegacyDatabaseError as exc:
+            self._keyv_unreadable(exc.reason)
+            return None
+        self._keyv_reads_again()
         try:
             record()
         except BridgeError as exc:
@@ -59,19 +70,23 @@ class PrimaryAnswerer:
         return OK_2X
 
     def owns_active_runs(self) -> bool:
-        """Whether any bridge-owned execution may still be open (cached for a second)."""
-        with self._lock:
-            read_at, owned = self._owned
-            if time.monotonic() - read_at < self._ttl_s:
-                return owned
-        owned = self._recorder.has_active_bridge_runs()
-        with self._lock:
-            self._owned = (time.monotonic(), owned)
-        return owned
+        """Whether any bridge-owned execution may still be open (read at most once a second)."""
+        return self._owned.get()
 
     def note_owned(self) -> None:
-        with self._lock:
-            self._owned = (time.monotonic(), True)
+        self._owned.put(True)
+
+    def _keyv_unreadable(self, state: str) -> None:
+        self._metrics.legacy_database_unavailable(state, "auth")
+        if state != self._keyv_state:
+            self._keyv_state = state
+            log.warning("2.x's keyv.sqlite is %s: primary callbacks go to 2.x, which checks their tokens and "
+                        "records them itself", state)
+
+    def _keyv_reads_again(self) -> None:
+        if self._keyv_state is not None:
+            log.warning("2.x's keyv.sqlite reads again (it was %s)", self._keyv_state)
+            self._keyv_state = None
 
 
 def _error_500(code: str) -> LocalAnswer:

@@ -155,29 +155,17 @@ class LegacyDataDir:
         journal left behind is hot: the file is only consistent again once a connection with write access
         has rolled it back (2.x's next access does). Returns the journal's path.
         """
-        script = (
-            "import sqlite3, sys, time\n"
-            "conn = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-            "conn.execute('PRAGMA cache_size=1')\n"
-            "conn.execute('BEGIN IMMEDIATE')\n"
-            "conn.execute(\"UPDATE Crontabs SET command = command || ' ' || hex(randomblob(64))\")\n"
-            "conn.executemany(\"INSERT INTO Crontabs (name, command, schedule, createdAt, updatedAt) VALUES "
-            "(?, hex(randomblob(300)), '0 * * * *', '', '')\", [(f'filler {i}',) for i in range(int(sys.argv[2]))])\n"
-            "print('ready', flush=True)\n"
-            "time.sleep(60)\n"
-        )
-        child = subprocess.Popen([sys.executable, "-c", script, str(self.database_path), str(rows)],
-                                 stdout=subprocess.PIPE, text=True)
-        try:
-            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        finally:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait()
-            if child.stdout is not None:
-                child.stdout.close()
-        journal = self.database_path.with_name(self.database_path.name + "-journal")
-        assert journal.is_file() and journal.stat().st_size > 0, "the killed writer left no journal"
-        return journal
+        return _kill_writer_mid_transaction(self.database_path, [
+            "UPDATE Crontabs SET command = command || ' ' || hex(randomblob(64))",
+            f"INSERT INTO Crontabs (name, command, schedule, createdAt, updatedAt) {_numbers(rows)} "
+            "SELECT 'filler ' || n, hex(randomblob(300)), '0 * * * *', '', '' FROM numbers"])
+
+    def leave_hot_keyv_journal(self, rows: int = 400) -> Path:
+        """The same for keyv.sqlite: Keyv's writer (2.x's cache of Apps and authInfo) killed mid-transaction."""
+        return _kill_writer_mid_transaction(self.keyv_path, [
+            "UPDATE keyv SET value = value || ''",
+            f"INSERT INTO keyv (key, value) {_numbers(rows)} SELECT 'keyv:filler' || n, hex(randomblob(300)) "
+            "FROM numbers"])
 
     def roll_back_hot_journal(self) -> None:
         """What 2.x's next access does: a connection with write access reads, and SQLite rolls the journal back."""
@@ -191,6 +179,40 @@ class LegacyDataDir:
                 "INSERT OR REPLACE INTO keyv (key, value) VALUES (?, ?)",
                 (f"keyv:{key}", js_json({"value": value, "expires": None})),
             )
+
+
+_WRITER_SCRIPT = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute('PRAGMA cache_size=1')
+conn.execute('BEGIN IMMEDIATE')
+for statement in sys.argv[2:]:
+    conn.execute(statement)
+print('ready', flush=True)
+time.sleep(60)
+"""
+
+
+def _numbers(count: int) -> str:
+    """A CTE ``numbers(n)`` of 1..count, to insert many rows in one statement."""
+    return f"WITH RECURSIVE numbers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM numbers WHERE n < {int(count)})"
+
+
+def _kill_writer_mid_transaction(path: Path, statements: list[str]) -> Path:
+    """Run ``statements`` in one write transaction in a child with a one-page cache, SIGKILL it before it commits,
+    and return the hot rollback journal it left beside ``path``."""
+    child = subprocess.Popen([sys.executable, "-c", _WRITER_SCRIPT, str(path), *statements],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    journal = path.with_name(path.name + "-journal")
+    assert journal.is_file() and journal.stat().st_size > 0, "the killed writer left no journal"
+    return journal
 
 
 def _random_text(length: int) -> str:

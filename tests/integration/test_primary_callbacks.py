@@ -57,6 +57,7 @@ class Site:
     backend: Backend
     http: httpx.Client
     commits: list[int]
+    metrics: BridgeMetrics
 
     def send(self, body: bytes, token: str | None = "system") -> tuple[int, bytes]:
         """What the proxy does: ask the interceptor, answer locally or forward and report back."""
@@ -108,12 +109,13 @@ def site(sql_backend: Backend, tmp_path: Path) -> Iterator[Site]:
     modes = Modes({"scheduled_system": Mode.PRIMARY})
     commits: list[int] = []
     recorder, reader = ShadowRecorder(runs), LegacyReader(data.database_path)
+    metrics = BridgeMetrics()
     interceptor = ShadowInterceptor(
-        recorder, reader, modes, BridgeMetrics(), SystemClock(), budget_ms=5000,
+        recorder, reader, modes, metrics, SystemClock(), budget_ms=5000,
         scheduler_mode="system", tz=ZoneInfo("UTC"), auth=LegacyTokenAuthority(data.keyv_path),
         on_primary_commit=lambda: commits.append(1), stops=StopDecisions(recorder, reader, None, SystemClock()))
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield Site(data, double, modes, interceptor, sql_backend, http, commits)
+        yield Site(data, double, modes, interceptor, sql_backend, http, commits, metrics)
     interceptor.close()
 
 
@@ -138,6 +140,37 @@ def test_a_primary_callback_with_a_bad_token_gets_2xs_own_401_and_changes_nothin
     token = site.data.limited_token if token == "limited" else token
     assert site.send(render_status_body(cron, 0, 42, "h/2.log", BEGIN), token=token) == (401, body.encode())
     assert site.runs() == [] and site.count(projection_outbox_table) == 0 and site.reached_2x() == 0
+
+
+@contextmanager
+def locked_keyv(data: LegacyDataDir, hold_s: float) -> Iterator[None]:
+    """2.x's Keyv writer holding keyv.sqlite's lock for ``hold_s`` (rollback-journal mode: readers wait, then give
+    up); released in the background, so 2.x's own read, which waits longer than the bridge's, gets through."""
+    holder = sqlite3.connect(data.keyv_path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(hold_s, lambda: (holder.execute("ROLLBACK"), holder.close()))
+    release.start()
+    try:
+        yield
+    finally:
+        release.join()
+
+
+@pytest.mark.parametrize("fault", ["locked", "hot_journal"])
+def test_an_unreadable_keyv_sends_the_primary_callback_on_to_2x_counted_by_its_state(site: Site, fault: str) -> None:
+    cron = site.data.add_cron("hourly", "task h.sh", "0 * * * *")
+    body = render_status_body(cron, 0, 44, "h/4.log", BEGIN)
+    if fault == "locked":
+        with locked_keyv(site.data, hold_s=0.6):  # the bridge's read gives up after 0.3 s
+            answer = site.send(body)
+    else:
+        site.data.leave_hot_keyv_journal()
+        answer = site.send(body)
+
+    assert answer == (200, b'{"code":200}')  # 2.x's own answer: it checked the token and recorded the start
+    assert site.reached_2x() == 1 and len(site.data.instance_rows(cron)) == 1
+    assert site.runs() == [] and site.count(projection_outbox_table) == 0
+    assert site.metrics.value("ql_bridge_legacy_database_unavailable_total", state=fault, use="auth") == 1
 
 
 def test_a_store_failure_answers_a_2x_shaped_500_and_leaves_nothing_half_written(site: Site) -> None:
