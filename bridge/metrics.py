@@ -1,6 +1,8 @@
 """BridgeMetrics: the Prometheus metrics of DESIGN.md section 9 on a registry owned by one app.
 
-Every name starts with `ql_bridge_` (process and platform collectors included); counters end in `_total`
+Every name of the bridge's own starts with `ql_bridge_`; prometheus_client's process and platform collectors keep
+their standard names (`process_resident_memory_bytes`, `python_info`), so stock dashboards and alerts work as they
+are. Counters end in `_total`
 and timings are in seconds. Labels are bounded by construction: every label value passes through an
 allowlist, so a cron id, run id, command or user can never become a label (anything unknown is reported as
 "other"). The store-backed gauges are bridge/metrics_store.py's, registered here by bootstrap.
@@ -8,7 +10,7 @@ allowlist, so a cron id, run id, command or user can never become a label (anyth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import MappingProxyType
 
@@ -21,15 +23,12 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from bridge.domain.events import EventType, RunEvent
 from bridge.domain.model import Mode, Origin, RunStatus
 from legacy_adapters.reader import DatabaseState
 
 PREFIX = "ql_bridge_"
-NAMESPACE = PREFIX.rstrip("_")
 _RUN_STATUSES = frozenset(s.value for s in RunStatus)
 _RUN_MOVES = frozenset(EventType.for_run_status(s.value) for s in RunStatus if s is not RunStatus.CREATED)
 ORIGINS = frozenset(o.value for o in Origin) | {"unknown"}
@@ -75,19 +74,6 @@ def _package_version() -> str:
         return "unknown"
 
 
-class _Prefixed:
-    """A prometheus_client collector whose fixed names (PlatformCollector's `python_info`) get our prefix."""
-
-    def __init__(self, collector: Collector) -> None:
-        self._collector = collector
-
-    def collect(self) -> Iterator[Metric]:
-        for metric in self._collector.collect():
-            renamed = Metric(PREFIX + metric.name, metric.documentation, metric.type, metric.unit)
-            renamed.samples = [s._replace(name=PREFIX + s.name) for s in metric.samples]
-            yield renamed
-
-
 class BridgeMetrics:
     """Counters and histograms; also the service layer's ServiceMetrics port."""
 
@@ -130,8 +116,8 @@ class BridgeMetrics:
         self.shadow_write_seconds = Histogram(p + "shadow_write_seconds", "Time of one shadow write", registry=r,
                                               buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))
         Gauge(p + "info", ONE_PROCESS_HELP, ["version"], registry=r).labels(_package_version()).set(1)
-        ProcessCollector(namespace=NAMESPACE, registry=r)  # RSS, CPU, open fds, start time (Linux /proc)
-        r.register(_Prefixed(PlatformCollector(registry=None)))
+        ProcessCollector(registry=r)  # RSS, CPU, open fds, start time (Linux /proc)
+        PlatformCollector(registry=r)
         for result in RECONCILE_RESULTS:  # known outcomes exist from the start: rate() and alerts see a 0
             self._reconcile.labels(result)
         for result in PROJECTION_RESULTS:

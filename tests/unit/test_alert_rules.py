@@ -92,10 +92,10 @@ def test_every_rule_has_an_expression_a_severity_and_a_summary() -> None:
         assert rule.fields.get("summary"), rule
 
 
-def test_every_series_a_rule_names_is_ours_or_prometheus_up() -> None:
+def test_every_series_a_rule_names_is_ours_the_process_collectors_or_prometheus_up() -> None:
     names = {name for rule in read_rules(RULES.read_text()) for name in metric_names(rule.expr)}
 
-    assert names - NOT_OURS and all(n.startswith("ql_bridge_") for n in names - NOT_OURS), names
+    assert names - NOT_OURS and all(n.startswith(("ql_bridge_", "process_")) for n in names - NOT_OURS), names
 
 
 def test_the_name_reader_finds_series_and_leaves_out_functions_labels_and_keywords() -> None:

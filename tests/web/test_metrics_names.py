@@ -22,11 +22,14 @@ def scrape(client: FlaskClient) -> str:
     return response.get_data(as_text=True)
 
 
-def test_every_metric_carries_the_ql_bridge_prefix(client: FlaskClient) -> None:
+STANDARD_PREFIXES = ("process_", "python_")  # prometheus_client's default collectors, as stock dashboards expect
+
+
+def test_every_metric_of_the_bridges_own_carries_the_ql_bridge_prefix(client: FlaskClient) -> None:
     families = dict(TYPE_LINE.findall(scrape(client)))
 
     assert families, "no metric at all"
-    assert [name for name in families if not name.startswith("ql_bridge_")] == []
+    assert [name for name in families if not name.startswith(("ql_bridge_", *STANDARD_PREFIXES))] == []
 
 
 def test_counters_end_in_total_and_timings_are_in_seconds(client: FlaskClient) -> None:
@@ -37,13 +40,14 @@ def test_counters_end_in_total_and_timings_are_in_seconds(client: FlaskClient) -
     assert "ql_bridge_forward_seconds" in families and "ql_bridge_shadow_write_seconds" in families
 
 
-def test_process_metrics_come_from_the_apps_own_registry(client: FlaskClient) -> None:
+def test_process_metrics_keep_their_standard_names_on_the_apps_own_registry(client: FlaskClient) -> None:
     text = scrape(client)
 
-    for name in ("ql_bridge_process_resident_memory_bytes", "ql_bridge_process_cpu_seconds_total",
-                 "ql_bridge_process_open_fds", "ql_bridge_process_max_fds", "ql_bridge_process_start_time_seconds"):
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total",
+                 "process_open_fds", "process_max_fds", "process_start_time_seconds"):
         assert re.search(rf"^{name} \d", text, re.MULTILINE), name
-    assert re.search(r'^ql_bridge_python_info\{.*version="\d+\.\d+', text, re.MULTILINE)
+    assert re.search(r'^python_info\{.*version="\d+\.\d+', text, re.MULTILINE)
+    assert "ql_bridge_process_" not in text and "ql_bridge_python_" not in text
 
 
 def test_two_apps_never_share_a_registry() -> None:
@@ -52,7 +56,7 @@ def test_two_apps_never_share_a_registry() -> None:
 
     assert one.value("ql_bridge_reconcile_total", result="ok") == 1
     assert two.value("ql_bridge_reconcile_total", result="ok") == 0
-    assert two.registry.get_sample_value("ql_bridge_process_open_fds") is not None
+    assert two.registry.get_sample_value("process_open_fds") is not None
 
 
 def test_the_help_text_says_the_numbers_are_this_one_process(upstream: FakeUpstream) -> None:
