@@ -118,6 +118,17 @@ def _emptied_below(text: str, depth: int) -> str:
     return "".join(kept)
 
 
+def exit_code_as_given(value: int | float | None) -> int | float | None:
+    """An exit code as 2.x keeps it: the JS number Joi accepted, stored as given (0.5 stays 0.5, 1e3 is 1000).
+
+    2.x marks an instance ``error`` for any code other than 0, null or absent (back/services/cron.ts), fractions
+    included, so a fraction must never be cut to an integer. A whole number comes back as an int.
+    """
+    if value is None:
+        return None
+    return int(value) if float(value).is_integer() else float(value)
+
+
 def validate_status_payload(payload: Any) -> StatusCallback:
     """Joi for the status route, then the route's parseInt. Raises LegacyCallbackParseError."""
     if not isinstance(payload, dict):

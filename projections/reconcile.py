@@ -16,6 +16,7 @@ from deepdiff import DeepDiff
 
 from bridge.domain.events import ErrorCode, is_signal_exit
 from bridge.domain.model import RUN_ACTIVE
+from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.reader import LegacyCron, LegacyInstance
 from legacy_adapters.schema import InstanceStatus
@@ -167,8 +168,9 @@ def compare_ended(instance: LegacyInstance, run: dict[str, Any], tolerance_s: in
 
     found = finding("terminal_status", {"status": expected}, {"status": run["status"]})
     if not stopped:  # a stopped row's 143 (or nothing, at boot) pairs with cancelled
-        legacy_exit = int(instance.exit_code) if instance.exit_code is not None else None
-        found += finding("exit_code", {"exit_code": legacy_exit}, {"exit_code": run.get("exit_code")})
+        # Like with like: both sides as 2.x keeps the number (a fraction stays a fraction).
+        found += finding("exit_code", {"exit_code": exit_code_as_given(instance.exit_code)},
+                         {"exit_code": exit_code_as_given(run.get("exit_code"))})
     found += finding("start_time", {"started_s": instance.started_at},
                      {"started_s": _seconds(run.get("started_at_ms"))}, tolerance_s)
     if instance.finished_at is not None and run["status"] not in ACTIVE_RUN_STATUSES:

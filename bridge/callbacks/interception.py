@@ -46,6 +46,7 @@ from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
     StatusCallback,
     decode_json_body,
+    exit_code_as_given,
     log_path_digest,
     parse_status_body,
     validate_id_array,
@@ -402,8 +403,7 @@ def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int, *,
     duration = None
     if callback.is_end and callback.last_running_time is not None:
         duration = duration_seconds_to_ms(callback.last_running_time, field="last_running_time")
-    exit_code = int(callback.exit_code) if callback.exit_code is not None else None
     return CallbackFacts(cron_id=cron_id, pid=callback.pid, log_ref=log_path_digest(callback.log_path),
-                         started_at_ms=started, duration_ms=duration, exit_code=exit_code,
+                         started_at_ms=started, duration_ms=duration, exit_code=exit_code_as_given(callback.exit_code),
                          received_at_ms=received_at_ms, log_path=callback.log_path if keep_log_path else None)
 

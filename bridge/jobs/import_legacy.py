@@ -29,6 +29,7 @@ Seconds become milliseconds only through ``legacy_adapters.timeconv``.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import tempfile
@@ -61,7 +62,7 @@ from bridge.service.imports import CURSOR_KEY, ImportStore, ImportUnitOfWork
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
 from bridge.service.shadow import PROJECT_ID, CallbackFacts
 from bridge.storage.migrate import current_revision, head_revision
-from legacy_adapters.callbacks import log_path_digest
+from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.identity import task_id, task_revision
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin
@@ -100,7 +101,7 @@ MIN_WRITE_ROWS = 8
 IMPORT_GAP_MS = 25
 
 _SYNTH = {"synthesized": True}
-_EXIT_CODE_RANGE = range(-(2**53 - 1), 2**53)  # what 2.x accepts (Joi: a safe number); BIGINT since revision 0009
+_SAFE_INTEGER = 2**53 - 1  # what 2.x accepts (Joi: a safe number); kept as given since revision 0013
 
 
 class ImportRefusedError(BridgeError):
@@ -563,7 +564,7 @@ class _Plan:
     instance: LegacyInstance
     started_ms: int | None
     finished_ms: int | None
-    exit_code: int | None
+    exit_code: int | float | None
     log_ref: str | None
     unusable: int  # times / exit code that could not be converted
 
@@ -603,11 +604,12 @@ def _ms(seconds: int | float | None, name: str, unusable: list[str]) -> int | No
         return None
 
 
-def _exit_code(value: int | float | None, unusable: list[str]) -> int | None:
+def _exit_code(value: int | float | None, unusable: list[str]) -> int | float | None:
+    """The row's exit code as 2.x keeps it (a fraction stays one); one outside what Joi accepts is unusable."""
     if value is None:
         return None
-    if isinstance(value, int) and value in _EXIT_CODE_RANGE:
-        return value
+    if isinstance(value, (int, float)) and math.isfinite(value) and abs(value) <= _SAFE_INTEGER:
+        return exit_code_as_given(value)
     unusable.append("exit_code")
     return None
 

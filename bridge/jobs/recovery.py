@@ -25,6 +25,7 @@ from bridge.service.clock import SystemClock
 from bridge.service.reconcile import UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PendingEndStore, ShadowRecorder
+from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyInstance, LegacyReader
@@ -116,7 +117,7 @@ def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe:
 
 def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -> str:
     failed = instance.status == InstanceStatus.ERROR
-    exit_code = int(instance.exit_code) if instance.exit_code is not None else None
+    exit_code = exit_code_as_given(instance.exit_code)
 
     def work(tx: RunTransaction) -> None:
         current = tx.store.get_run(run["id"])

@@ -50,7 +50,7 @@ class CallbackFacts:
     log_ref: str | None
     started_at_ms: int | None  # from last_execution_time; None when 2.x sent 0 ("never")
     duration_ms: int | None  # from last_running_time
-    exit_code: int | None
+    exit_code: int | float | None  # as 2.x keeps it (legacy_adapters.callbacks.exit_code_as_given)
     received_at_ms: int
     log_path: str | None = None  # raw 2.x log_path: kept only for bridge-owned (primary) executions
 

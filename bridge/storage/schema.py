@@ -6,6 +6,8 @@ one to one. Statuses are lowercase strings, checked by a CHECK constraint rather
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -23,11 +25,15 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from bridge.domain.model import RUN_ACTIVE, AttemptStatus, RunStatus
 from bridge.domain.step_run import RECORD_KEYS as STEP_RUN_RECORD_KEYS
 from bridge.domain.step_run import SCHEMA_ID as STEP_RUN_SCHEMA_ID
 from bridge.domain.step_run import STEP_ATTEMPT_LIMIT, StepRunKind, StepRunStatus
+from legacy_adapters.callbacks import exit_code_as_given
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_N_label)s",
@@ -41,9 +47,27 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 # A portable auto-increment key: INTEGER PRIMARY KEY is the rowid alias on SQLite.
 AutoId = BigInteger().with_variant(sqlite.INTEGER(), "sqlite")
 Ms = BigInteger  # UTC milliseconds or a duration in milliseconds; never seconds
-# An exit code as 2.x takes it: any integer Joi lets through (|n| <= 2**53 - 1), so 64 bits on every store.
-# SQLite's INTEGER already holds 64 bits; only PostgreSQL needed BIGINT (revision 0009).
-ExitCode = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class ExitCode(TypeDecorator[Any]):
+    """An exit code as 2.x keeps it: any safe JS number Joi lets through, fractions included (0.5 is a failure
+    2.x stores as 0.5). PostgreSQL: DOUBLE PRECISION, exact for every integer up to 2**53 (revision 0013);
+    SQLite: INTEGER, whose affinity keeps a fraction as REAL. Read back, a whole number is an int again."""
+
+    impl = BigInteger
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(DOUBLE_PRECISION())
+        return dialect.type_descriptor(Integer())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        return exit_code_as_given(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return exit_code_as_given(value)
+
 
 
 # The open statuses in one fixed order, written out as literals: a partial index is used only when the
@@ -152,7 +176,7 @@ run_attempts_table = Table(
     Column("created_at_ms", Ms, nullable=False),
     Column("started_at_ms", Ms),
     Column("finished_at_ms", Ms),
-    Column("exit_code", ExitCode),
+    Column("exit_code", ExitCode()),
     Column("error_code", String(64)),
     Column("error_summary", String(500)),
     Column("synthesized", Boolean, nullable=False, server_default="0"),
@@ -427,7 +451,7 @@ pending_ends_table = Table(
     Column("log_ref", String(36)),
     Column("started_at_ms", Ms),
     Column("duration_ms", Ms),
-    Column("exit_code", ExitCode, nullable=False),
+    Column("exit_code", ExitCode(), nullable=False),
     Column("received_at_ms", Ms, nullable=False),
     Column("due_at_ms", Ms, nullable=False),
     Column("attempts", Integer, nullable=False, server_default="0"),  # decisions put off (2.x unreadable)

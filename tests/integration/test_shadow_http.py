@@ -105,6 +105,26 @@ def test_a_failing_run_and_an_update_run_without_exit_code(live: LiveBridge) -> 
     assert updated["origin"] == "script"  # 03:30 does not match the begin time: not a scheduler run
 
 
+# (exit_code as the shell or a script sends it, what 2.x keeps, the Run's status by 2.x's rule: anything but 0,
+# null or absent is an error, fractions included)
+EXIT_CODES = [("0", 0, "succeeded"), ("0.0", 0, "succeeded"), ("0.5", 0.5, "failed"), ("-1", -1, "failed"),
+              ("1e3", 1000, "failed"), ("2", 2, "failed"), ("9007199254740991", 2**53 - 1, "failed"),
+              ("-0.25", -0.25, "failed")]
+
+
+def test_exit_codes_follow_2xs_rule_and_are_kept_as_2x_keeps_them(live: LiveBridge) -> None:
+    for sent, kept, status in EXIT_CODES:
+        cron = new_cron(live)
+        put_status(live, render_status_body(cron, 0, 71, "job/x.log", HOUR + 1))
+        body = render_status_body(cron, 1, 71, "job/x.log", HOUR + 1, 2).replace(b"}", f',"exit_code":{sent}}}'.encode())
+        assert put_status(live, body).status_code == 200, sent
+        (instance,) = live.data.instance_rows(cron)
+        (run,) = runs_of(live, cron)
+        assert instance["exit_code"] == kept and instance["status"] == (3 if status == "failed" else 1), sent
+        assert (run["status"], run["attempts"][0]["exit_code"]) == (status, kept), sent
+        assert type(run["attempts"][0]["exit_code"]) is type(kept), sent
+
+
 def test_duplicate_late_and_finish_only_callbacks(live: LiveBridge) -> None:
     cron = new_cron(live)
     start = render_status_body(cron, 0, 21, "job/d.log", HOUR + 1)
