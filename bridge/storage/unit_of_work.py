@@ -148,8 +148,11 @@ class SqlUnitOfWork(Generic[S]):
 
 
 def _refuse_read_only(conn: Connection) -> None:
-    # SQLite: the BEGIN IMMEDIATE that opened this transaction was the probe.
-    if conn.dialect.name == "postgresql" and conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
+    if conn.dialect.name == "sqlite":
+        # BEGIN IMMEDIATE alone succeeds on a file opened read-only (mode=ro, immutable=1); a write statement
+        # does not, even one that changes no row (SQLITE_READONLY), and it leaves nothing to commit.
+        conn.exec_driver_sql("DELETE FROM bridge_settings WHERE 0")
+    elif conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
         raise StoreUnavailableError("the bridge store accepts no writes (read-only transaction)")
 
 

@@ -14,6 +14,8 @@ from bridge.domain.errors import RunVersionConflictError, StoreUnavailableError
 from bridge.domain.model import RunStatus
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
+from bridge.storage.engine import make_engine
+from bridge.storage.errors import sqlite_file
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR, create, sequences
@@ -99,3 +101,15 @@ def test_a_write_after_a_failed_commit_runs_on_a_clean_connection(sqlite_backend
 
     assert sequences(service, run.id) == [1]
     assert outcomes(sqlite_backend) == (1, 1, "STORE_UNAVAILABLE")
+
+
+@pytest.mark.parametrize("opened", ["mode=ro", "immutable=1"])
+def test_the_write_probe_fails_on_a_sqlite_store_opened_read_only(sqlite_backend: Backend, opened: str) -> None:
+    path = sqlite_file(sqlite_backend.url)  # type: ignore[arg-type]
+    sqlite_backend.engine.dispose()  # type: ignore[union-attr]
+    engine = make_engine(f"sqlite:///file:{path}?{opened}&uri=true")
+    try:
+        with pytest.raises(StoreUnavailableError):
+            SqlUnitOfWork(engine).probe_write()  # BEGIN IMMEDIATE alone succeeded here
+    finally:
+        engine.dispose()
