@@ -217,7 +217,7 @@ class ShadowRecorder:
             except (RunVersionConflictError, AttemptConflictError):
                 pass
 
-        def work(tx: RunTransaction) -> ShadowResult:
+        def work(tx: RunTransaction, ctx: ExecutionContext | None | _Unread) -> ShadowResult:
             candidates = tx.store.active_candidates(facts.cron_id, CANDIDATE_LIMIT)
             matched = correlate(candidates, facts)
             if len(matched) == 1:
@@ -227,14 +227,22 @@ class ShadowRecorder:
             existing = tx.store.get_run_by_idempotency_key(PROJECT_ID, facts.execution_key)
             if existing is not None:
                 return _late_or_duplicate(tx, existing, f"late:{facts.end_key}", "end", facts.end_key)
-            ctx = context()
+            if isinstance(ctx, _Unread):
+                raise ctx  # rolls this transaction back, having written nothing
             if ctx is None:
                 return ShadowResult(Outcome.UNMATCHED)
             run = _open_run(tx, facts, ctx, synthesized=True)
             closed = _close(tx, ActiveCandidate(*_reload(tx, run)), facts)
             return ShadowResult(Outcome.BACKFILLED, closed.run_id, ctx.origin)
 
-        return self._once(work, facts)
+        try:
+            return self._once(lambda tx: work(tx, _Unread()), facts)
+        except _Unread:
+            pass
+        # A back-fill needs 2.x's Crontabs row: read with no transaction of the store open (DESIGN.md section 4),
+        # then placed anew, so a Run that appeared meanwhile is closed instead of a second one made.
+        ctx = context()
+        return self._once(lambda tx: work(tx, ctx), facts)
 
     def deferrable_run(self, facts: CallbackFacts, read_ahead: list[ActiveCandidate] | None = None) -> Run | None:
         """The Run this end would close, when its closing may wait for 2.x's evidence: the one active Run 2.x
@@ -328,6 +336,10 @@ class ShadowRecorder:
         except (IdempotencyKeyTakenError, DedupeKeyTakenError):
             # A twin callback committed the same execution or the same end first: this one is the duplicate.
             return ShadowResult(Outcome.DUPLICATE)
+
+
+class _Unread(Exception):
+    """An end that needs a back-fill found its context unread: the transaction is abandoned to read it."""
 
 
 def correlate(candidates: list[ActiveCandidate], facts: CallbackFacts) -> list[ActiveCandidate]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from bridge.domain.commands import RequestCancel
 from bridge.domain.events import EventType
@@ -243,3 +243,25 @@ def test_correlation_reads_a_crons_open_runs_from_the_partial_index(sql_backend:
     for plan in sql_backend.plans_in_use(sql, args):
         assert "ix_runs_active_by_cron" in plan, plan
     assert recorder.owner_of_end(end(4242)) == "legacy"  # and the one open run is what it finds
+
+
+def test_a_back_fill_reads_2x_with_no_transaction_of_the_store_open(sql_backend: Backend,
+                                                                     sql_service: RunService) -> None:
+    """DESIGN.md section 4: no I/O outside the database inside a transaction. The context of a back-filled Run
+    comes from 2.x's database, so it is read before the write transaction opens, not from inside it."""
+    engine = sql_backend.engine
+    assert engine is not None
+    open_transactions = [0]
+    event.listen(engine, "begin", lambda _conn: open_transactions.__setitem__(0, open_transactions[0] + 1))
+    for ended in ("commit", "rollback"):
+        event.listen(engine, ended, lambda _conn: open_transactions.__setitem__(0, open_transactions[0] - 1))
+    seen_open: list[int] = []
+
+    def read_2x() -> ExecutionContext:
+        seen_open.append(open_transactions[0])
+        return CTX
+
+    result = ShadowRecorder(sql_service).record_end(end(exit_code=0), read_2x)
+
+    assert result.outcome is Outcome.BACKFILLED and seen_open == [0]
+    assert sql_service.get_run(result.run_id).status is RunStatus.SUCCEEDED  # type: ignore[arg-type]
