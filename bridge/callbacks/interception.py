@@ -77,6 +77,10 @@ class StopEvidence(Protocol):
 
     def relayed_instance_stop(self, instance_id: int, received_at_ms: int) -> list[ShadowResult]: ...
 
+    def stop_forwarded(self, cron_ids: tuple[int, ...]) -> None: ...
+
+    def stop_settled(self, cron_ids: tuple[int, ...]) -> None: ...
+
 
 @dataclass(frozen=True)
 class PreparedStop:
@@ -133,6 +137,9 @@ class ShadowInterceptor:
     def before_forward(self, path: str, body: bytes, headers: Mapping[str, str] | None = None) -> Prepared | None:
         prepared = self._prepare(path, body, headers)
         self._metrics.callback_seen(_callback_kind(path, body, prepared), _handled_mode(prepared))
+        if isinstance(prepared, (PreparedStop, PreparedInstanceStop)):
+            # Until its answer is applied, the stop holds its crons' failing ends (after_forward settles it).
+            self._stops.stop_forwarded(prepared.cron_ids)
         return prepared
 
     def _prepare(self, path: str, body: bytes, headers: Mapping[str, str] | None) -> Prepared | None:
@@ -217,16 +224,25 @@ class ShadowInterceptor:
 
     def after_forward(self, prepared: object, upstream_status: int, answer: bytes | None = None) -> None:
         """Record what 2.x accepted. ``answer`` is 2.x's body, for the routes that answer 200 either way."""
+        lane_settles = False
+        try:
+            lane_settles = self._hand_to_lane(prepared, upstream_status, answer)
+        finally:
+            if isinstance(prepared, (PreparedStop, PreparedInstanceStop)) and not lane_settles:
+                self._stops.stop_settled(prepared.cron_ids)
+
+    def _hand_to_lane(self, prepared: object, upstream_status: int, answer: bytes | None) -> bool:
+        """Whether the write went to a lane (which then settles a stop once applied)."""
         if not isinstance(prepared, (PreparedCallback, PreparedStop, PreparedInstanceStop)) \
                 or not 200 <= upstream_status < 300:
-            return
+            return False
         if not prepared.cron_ids:
-            return
+            return False
         if isinstance(prepared, PreparedInstanceStop) and _answer_code(answer) != 200:
-            return  # {"code":400,"message":"实例不存在或已停止"}: 2.x stopped nothing
+            return False  # {"code":400,"message":"实例不存在或已停止"}: 2.x stopped nothing
         if not self._pending.acquire(blocking=False):
             self._metrics.shadow_write_failed(None, "overload")
-            return
+            return False
         future: Future[None] = self._lane(prepared.cron_ids[0]).submit(self._record, prepared)
         future.add_done_callback(lambda _f: self._pending.release())
         try:
@@ -235,6 +251,7 @@ class ShadowInterceptor:
             # The write goes on in its lane; the shell is answered now.
             self._metrics.shadow_write_failed(None, "timeout")
             log.warning("shadow write overran its %d ms budget", int(self._budget_s * 1000))
+        return True
 
     def close(self) -> None:
         for lane in self._lanes:
@@ -243,6 +260,13 @@ class ShadowInterceptor:
     # -- inside a lane ----------------------------------------------------------------------------
 
     def _record(self, prepared: PreparedCallback | PreparedStop | PreparedInstanceStop) -> None:
+        try:
+            self._record_each(prepared)
+        finally:
+            if isinstance(prepared, (PreparedStop, PreparedInstanceStop)):
+                self._stops.stop_settled(prepared.cron_ids)
+
+    def _record_each(self, prepared: PreparedCallback | PreparedStop | PreparedInstanceStop) -> None:
         for cron_id in prepared.cron_ids:
             started = time.perf_counter()
             origin = None

@@ -12,6 +12,11 @@ window instead of closing the Run, and the Run closes on the first evidence, in 
    replaced_by_next_run (runCron); stopped otherwise → stopped_in_legacy. Any other row (error, finished,
    still running, none) → the exit code decides: a signal exit with no stop evidence stays failed, as 2.x says.
 
+While a stop of the cron is on its way to 2.x (forwarded, not yet answered), an end with any failing exit (the
+trap's code need not be a signal's) is kept too, and no kept end of that cron is decided: the stop's answer is
+the evidence that decides them, however long 2.x takes past the window (up to STOP_IN_FLIGHT_MAX_S). This
+memory is the serving process's own; a kept end another replica decides meanwhile falls back to 2.x's row.
+
 A 2.x database that cannot be read puts the decision off, until GIVE_UP_S after the end; then the exit code
 decides. Deciding is idempotent (the end's dedupe key; a Run already ended takes the end as late), so the
 decider thread in ``bridge serve``, startup recovery and another replica may all meet the same row.
@@ -22,7 +27,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from itertools import islice
 
 from bridge.domain.events import Actor, ActorType, ErrorCode, is_signal_exit
@@ -52,6 +59,10 @@ BATCH = 64
 # runCron stamps the old row's finished_at, then spawns the next shell, whose begin second follows at once.
 REPLACEMENT_GAP_S = 5
 NEWER_ROWS_READ = 64  # 2.x rows read after the stopped one when looking for the cron's next start
+# A stop forwarded this long ago without an answer no longer holds its cron's kept ends (an answer that never
+# came back through this process: the forward failed, or the process handing it over died).
+STOP_IN_FLIGHT_MAX_S = 120
+IN_FLIGHT_RETRY_MS = 500  # how soon a kept end held by a stop in flight is looked at again
 
 
 def instance_of(reader: LegacyReader, cron_id: int, pid: int | None, log_ref: str | None,
@@ -102,20 +113,49 @@ class StopDecisions:
     """
 
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, pending: PendingEndStore | None,
-                 clock: Clock, *, window_ms: int = DEFAULT_WINDOW_S * 1000) -> None:
+                 clock: Clock, *, window_ms: int = DEFAULT_WINDOW_S * 1000,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._recorder = recorder
         self._reader = reader
         self._pending = pending
         self._clock = clock
         self._window_ms = window_ms
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._stops_in_flight: dict[int, list[float]] = {}  # cron id -> when each stop of it was forwarded
+
+    def stop_forwarded(self, cron_ids: Iterable[int]) -> None:
+        """A stop of these crons is on its way to 2.x; ``stop_settled`` says when its answer has been applied."""
+        now = self._monotonic()
+        with self._lock:
+            for cron_id in cron_ids:
+                self._stops_in_flight.setdefault(cron_id, []).append(now)
+
+    def stop_settled(self, cron_ids: Iterable[int]) -> None:
+        with self._lock:
+            for cron_id in cron_ids:
+                started = self._stops_in_flight.get(cron_id)
+                if started:
+                    started.pop(0)
+                if not started:
+                    self._stops_in_flight.pop(cron_id, None)
+
+    def stop_in_flight(self, cron_id: int) -> bool:
+        horizon = self._monotonic() - STOP_IN_FLIGHT_MAX_S
+        with self._lock:
+            return any(at >= horizon for at in self._stops_in_flight.get(cron_id, ()))
 
     @property
     def pending(self) -> PendingEndStore | None:
         return self._pending
 
     def keep(self, facts: CallbackFacts, read_ahead: list[ActiveCandidate] | None = None) -> ShadowResult | None:
-        """Keep an end with a signal exit whose Run is open; None: close it the usual way, now."""
-        if self._pending is None or not is_signal_exit(facts.exit_code):
+        """Keep an end with a signal exit whose Run is open, or with any failing exit while a stop of its cron is
+        on its way to 2.x; None: close it the usual way, now."""
+        if self._pending is None:
+            return None
+        failed = facts.exit_code not in (None, 0)
+        if not is_signal_exit(facts.exit_code) and not (failed and self.stop_in_flight(facts.cron_id)):
             return None
         run = self._recorder.deferrable_run(facts, read_ahead)
         if run is None:
@@ -157,6 +197,10 @@ class StopDecisions:
             return outcomes
         now = self._clock.now_ms()
         for end in self._pending.due(now, limit):
+            if self.stop_in_flight(end.facts.cron_id) and end.id is not None:
+                self._pending.postpone(end.id, now + IN_FLIGHT_RETRY_MS)  # the stop's answer will decide it
+                outcomes["deferred:stop_in_flight"] += 1
+                continue
             try:
                 verdict = self.verdict(end)
             except (LegacyDatabaseError, sqlite3.Error) as exc:

@@ -241,3 +241,59 @@ def test_a_reconcile_pass_inside_the_window_finds_nothing_to_say_about_a_kept_en
     world.pending.postpone(end.id or 0, 0)
     assert world.decisions().decide_due() == {"exit": 1}
     assert world.reconcile()["findings"] == 0
+
+
+def stop_in_flight(world: World, cron: int) -> tuple[object, bytes]:
+    """A `PUT /open/crons/stop` the bridge has forwarded and 2.x has not answered yet."""
+    body = f"[{cron}]".encode()
+    return world.interceptor.before_forward("/open/crons/stop", body), body
+
+
+def answer_stop(world: World, prepared: object, body: bytes) -> None:
+    """2.x answers the stop (the double kills nothing, and marks the cron's running rows stopped)."""
+    reply = world.http.put("/open/crons/stop", content=body, headers={
+        "Authorization": f"Bearer {world.data.system_token}", "Content-Type": "application/json"})
+    assert reply.status_code == 200
+    world.interceptor.after_forward(prepared, reply.status_code, reply.content)
+
+
+def test_a_trap_end_with_exit_1_while_a_stop_is_in_flight_ends_cancelled_by_the_stop(world: World) -> None:
+    cron, begin = world.data.add_cron("trapped", "task t.sh", "0 * * * *"), int(time.time()) - 5
+    world.via_bridge(cron, 0, 61, "t.log", begin)
+    prepared, body = stop_in_flight(world, cron)
+    world.via_bridge(cron, 1, 61, "t.log", begin, 1)  # the killed shell's trap: exit 1, before 2.x answers
+
+    assert world.kept() == 1 and world.run(cron, 61, "t.log", begin)["status"] == "running"
+    answer_stop(world, prepared, body)
+
+    run = world.run(cron, 61, "t.log", begin)
+    assert (run["status"], run["error_code"], run["exit_code"]) == ("cancelled", "cancelled_by_user", 1)
+    assert world.kept() == 0
+
+
+def test_a_stop_2x_answers_after_the_decision_window_still_decides_the_kept_end(world: World) -> None:
+    cron, begin = world.data.add_cron("slowstop", "task s.sh", "0 * * * *"), int(time.time()) - 5
+    world.via_bridge(cron, 0, 62, "s.log", begin)
+    prepared, body = stop_in_flight(world, cron)
+    world.via_bridge(cron, 1, 62, "s.log", begin, 143)  # kept; its window (0 here) is over at once
+    decisions = world.interceptor.stop_decisions
+
+    assert decisions.decide_due() == {"deferred:stop_in_flight": 1}  # 2.x has not answered the stop yet
+    assert world.run(cron, 62, "s.log", begin)["status"] == "running"
+    answer_stop(world, prepared, body)
+
+    run = world.run(cron, 62, "s.log", begin)
+    assert (run["status"], run["error_code"], run["exit_code"]) == ("cancelled", "cancelled_by_user", 143)
+    assert world.kept() == 0
+
+
+def test_a_stop_2x_refuses_releases_the_kept_end_to_2xs_row(world: World) -> None:
+    cron, begin = world.data.add_cron("refused", "task r.sh", "0 * * * *"), int(time.time()) - 5
+    world.via_bridge(cron, 0, 63, "r.log", begin)
+    prepared, _body = stop_in_flight(world, cron)
+    world.via_bridge(cron, 1, 63, "r.log", begin, 1)
+    world.interceptor.after_forward(prepared, 401)  # 2.x refused the stop: it stopped nothing
+
+    assert world.interceptor.stop_decisions.decide_due() == {"exit": 1}
+    run = world.run(cron, 63, "r.log", begin)
+    assert (run["status"], run["error_code"], run["exit_code"]) == ("failed", "process_exit_error", 1)
