@@ -38,7 +38,7 @@ class PrimaryAnswerer:
         self._on_commit = on_commit
         # Whether the bridge owns an open execution; an unreadable store keeps the last answer in force (and,
         # before any answer, assumes it may: the end's own owner read then decides, or fails counted).
-        self._owned = LastKnown(recorder.has_active_bridge_runs, what="bridge-owned Runs", fallback=True,
+        self._owned = LastKnown(lambda: recorder.has_active_bridge_runs(), what="bridge-owned Runs", fallback=True,
                                 ttl_s=owned_ttl_s)
         self._keyv_state: str | None = None  # why keyv.sqlite could not be read last time, if it could not
 
