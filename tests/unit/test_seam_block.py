@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,14 @@ def test_a_line_setting_qlport_outside_the_block_is_found_by_its_number(line: st
                                   'echo "$QlPort"', "MyQlPort=1", "export QlPortWithoutBridge=1"])
 def test_lines_that_do_not_set_qlport_and_the_blocks_own_lines_are_not_counted(line: str) -> None:
     assert qlport_outside_block(with_block(SAMPLE + line + "\n", BLOCK)) is None
+
+
+def test_the_block_module_is_pure_text_work() -> None:
+    import ast
+
+    import legacy_adapters.seam_block as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported == {"__future__", "re", "dataclasses", "datetime"}
