@@ -88,10 +88,17 @@ def check_shell_port(evidence: Evidence) -> Check:
     fix = f"run `ql-bridge seam install` (it adds a fail-safe QlPort block to {path}, which every task shell sources)"
     if shell.port is None:
         return Check(SHELLS, "warn", f"cannot compute the port task shells call: {shell.error}", fix)
+    fell_back = ""
+    if block is not None and block.port is not None and shell.port != block.port:
+        why = ("curl is not installed where this check ran, so its probe cannot answer here" if shell.curl_missing
+               else f"no ql-bridge answered localhost:{block.port}/livez within {PROBE_TIMEOUT_S:g} s")
+        fell_back = f"; config.sh's ql-bridge block kept the port they had without it: {why}"
+        fix = (f"start the bridge on port {block.port}" if block.port == listen
+               else f"the block points at port {block.port}: run `ql-bridge seam install` again")
     if not shell.set_by_config_sh and inherited is None:
         return Check(SHELLS, "warn",
                      f"{path} does not set QlPort and the backend's environment is not readable: task shells "
-                     "use whatever QlPort they inherit", fix)
+                     f"use whatever QlPort they inherit{fell_back}", fix)
     if shell.port == listen:
         source = ("config.sh's ql-bridge block: the bridge answers /livez" if block and shell.set_by_config_sh
                   else "config.sh" if shell.set_by_config_sh else "the backend's environment, inherited")
@@ -99,14 +106,8 @@ def check_shell_port(evidence: Evidence) -> Check:
     backend_ports = {b.listen_port for b in evidence.backends if b.listen_port}
     where = ("2.x directly: callbacks bypass the bridge" if shell.port in backend_ports
              else "neither the bridge nor 2.x" if backend_ports else "not the bridge: callbacks bypass it")
-    detail = f"task shells call port {shell.port}, {where} (the bridge listens on {listen})"
-    if block is not None and block.port is not None:
-        why = ("curl is not installed where this check ran, so its probe cannot answer here" if shell.curl_missing
-               else f"no ql-bridge answered localhost:{block.port}/livez within {PROBE_TIMEOUT_S:g} s")
-        detail += f"; config.sh's ql-bridge block kept 2.x's port: {why}"
-        fix = (f"start the bridge on port {block.port}" if block.port == listen
-               else f"the block points at port {block.port}: run `ql-bridge seam install` again")
-    return Check(SHELLS, "fail", detail, fix)
+    return Check(SHELLS, "fail", f"task shells call port {shell.port}, {where} (the bridge listens on {listen})"
+                 f"{fell_back}", fix)
 
 
 def inherited_environment(backends: Sequence[BackendProcess]) -> dict[str, str] | None:

@@ -51,15 +51,15 @@ def render_block(port: int, installed_at: datetime) -> str:
     """The block that points task shells at the bridge on ``port`` while it answers, ending with a newline."""
     stamp = installed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     url = f"http://localhost:{port}/livez"  # the host the shell's callbacks use (shell/api.sh)
-    keep = FALLBACK_VARIABLE
+    keep, bound = FALLBACK_VARIABLE, f"{PROBE_TIMEOUT_S:g}"
     return "\n".join([
         f"{BEGIN}: installed {stamp} by `ql-bridge seam install`; `ql-bridge seam remove` takes it out >>>",
-        f"# Task shells call back to ql-bridge on port {port} only while it answers /livez within {PROBE_TIMEOUT_S:g} s.",
+        f"# Task shells call back to ql-bridge on port {port} only while it answers /livez within {bound} s.",
         "# Otherwise they keep the port they would have used without it, and 2.x records the execution itself.",
         f"# {keep} remembers that port for processes started by a shell that already ran this",
         "# block (2.x's backend, restarted from such a shell), which inherit the bridge's port.",
         f'[ "${{{keep}+set}}" = set ] || export {keep}="${{QlPort-}}"',
-        f"case \"$(curl -sf --noproxy '*' --max-time {PROBE_TIMEOUT_S:g} {url} 2>/dev/null)\" in",
+        f"case \"$(curl -sf --noproxy '*' --max-time {bound} {url} 2>/dev/null)\" in",
         f"  *'\"status\":'*'\"ok\"'*) export QlPort={port} ;;",
         f'  *) if [ -n "${keep}" ]; then export QlPort="${keep}"; else unset QlPort; fi ;;',
         "esac",

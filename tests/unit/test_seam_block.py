@@ -29,7 +29,8 @@ def test_the_block_names_ql_bridge_and_its_time_and_points_at_its_port_only_behi
     assert lines[0].startswith(BEGIN) and "2026-12-05T06:40:00Z" in lines[0] and "ql-bridge seam remove" in lines[0]
     assert lines[-1].startswith(END) and BLOCK.endswith("\n")
     assert "--max-time 0.3 http://localhost:5701/livez" in BLOCK
-    assert [line for line in lines if "export QlPort=5701" in line] == ["  *'\"status\":'*'\"ok\"'*) export QlPort=5701 ;;"]
+    pointing = [line for line in lines if "export QlPort=5701" in line]
+    assert pointing == ["  *'\"status\":'*'\"ok\"'*) export QlPort=5701 ;;"]
 
 
 @pytest.mark.parametrize("original", [SAMPLE, SAMPLE.rstrip("\n"), "", "\n", "a\r\nb\r\n"],
