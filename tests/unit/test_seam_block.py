@@ -102,3 +102,13 @@ def test_the_block_module_is_pure_text_work() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert imported == {"__future__", "re", "dataclasses", "datetime"}
+
+
+def test_the_readme_shows_the_block_the_command_writes() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    shown = readme.split(f"```sh\n{BEGIN}", 1)[1].split("```", 1)[0].splitlines()[1:]
+    code = [line for line in shown if not line.startswith("# ")]
+    written = render_block(5700, AT).splitlines()
+
+    assert code and all(line in written for line in code)
+    assert [line for line in written if not line.startswith("# ")] == code
