@@ -29,7 +29,6 @@ from legacy_adapters.config_sh import (
 from legacy_adapters.install import find_backend_processes
 from legacy_adapters.seam_block import (
     PROBE_TIMEOUT_S,
-    Block,
     SeamBlockError,
     find_blocks,
     qlport_outside_block,
@@ -86,7 +85,7 @@ def probe_livez(port: int, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
 
 def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez) -> Change:
     """The change install makes. Raises SeamRefusedError when it must not be made."""
-    config = _changeable_config(settings, "install")
+    config = _read(settings, "install")
     outside = qlport_outside_block(config.text)
     if outside is not None:
         number, line = outside
@@ -101,13 +100,17 @@ def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez) 
     blocks = find_blocks(config.text)
     if len(blocks) == 1 and blocks[0].port == port:
         return Change(config, config.text)  # already there: installing again changes nothing
+    _require_replaceable(config, "install")
     return Change(config, with_block(config.text, render_block(port, now)))
 
 
 def plan_remove(settings: Settings) -> Change:
     """The change remove makes. Raises SeamRefusedError when it must not be made."""
-    config = _changeable_config(settings, "remove")
-    return Change(config, without_block(config.text))
+    config = _read(settings, "remove")
+    change = Change(config, without_block(config.text))
+    if change.changes:
+        _require_replaceable(config, "remove")
+    return change
 
 
 def apply(change: Change, now: datetime) -> Path | None:
@@ -131,11 +134,11 @@ def install(settings: Settings, echo: Echo, *, dry_run: bool = False, probe: Pro
                                        f"ql-bridge block already installed for port {settings.listen_port}"))
     checks = seam_checks(settings)
     _echo_checks(checks, echo)
-    shells = _shells(checks)
-    meant = shells.verdict == "ok" and all(check.verdict != "fail" for check in checks)
-    if not meant:
-        echo("the seam is not in place: task shells do not reach the bridge (see above)")
-    return 0 if meant else 1
+    # What install means is the shells' line; the backend's line is about where the bridge forwards, shown too.
+    if _shells(checks).verdict == "ok":
+        return 0
+    echo("the seam is not in place: task shells do not reach the bridge (see above)")
+    return 1
 
 
 def remove(settings: Settings, echo: Echo, *, dry_run: bool = False) -> int:
@@ -161,12 +164,8 @@ def remove(settings: Settings, echo: Echo, *, dry_run: bool = False) -> int:
 def status(settings: Settings, echo: Echo, probe: Probe = probe_livez) -> int:
     """`seam status`: installed or not, the port task shells call now (bash over config.sh), whether a bridge
     answers there. Always 0 once config.sh could be read."""
-    path = _config_path(settings, "status")
-    try:
-        config = read_config_sh(path)
-    except FileNotFoundError:
-        raise SeamRefusedError(f"seam status: there is no {path}") from None
-    blocks = _blocks(config, "status")
+    config = _read(settings, "status")
+    path, blocks = config.path, find_blocks(config.text)
     echo(f"block    installed {blocks[0].installed_at or '(time unknown)'} for port {blocks[0].port}, line "
          f"{blocks[0].line} of {path}" if blocks else f"block    not installed in {path}")
     inherited = inherited_environment(find_backend_processes())
@@ -186,33 +185,29 @@ def status(settings: Settings, echo: Echo, probe: Probe = probe_livez) -> int:
     return 0
 
 
-def _changeable_config(settings: Settings, command: str) -> ConfigSh:
-    path = _config_path(settings, command)
+def _read(settings: Settings, command: str) -> ConfigSh:
+    """config.sh, refused when it is missing or its ql-bridge markers do not pair up."""
+    if settings.legacy_data_dir is None:
+        raise SeamRefusedError(f"seam {command}: BRIDGE_LEGACY_DATA_DIR is not set: set it to 2.x's data directory")
+    path = config_sh_path(settings.legacy_data_dir)
     try:
         config = read_config_sh(path)
     except FileNotFoundError:
         raise SeamRefusedError(f"seam {command} refused: there is no {path} (2.x creates it at its first start); "
                                "nothing was changed") from None
-    why = why_not_writable(config)
-    if why is not None:
-        raise SeamRefusedError(f"seam {command} refused: {config.path} cannot be replaced: {why}; nothing was changed")
-    _blocks(config, command)
-    return config
-
-
-def _blocks(config: ConfigSh, command: str) -> list[Block]:
     try:
-        return find_blocks(config.text)
+        find_blocks(config.text)
     except SeamBlockError as exc:
         raise SeamRefusedError(f"seam {command} refused: {config.path}: {exc}; mend it by hand (the block's lines "
                                "begin with '# >>> ql-bridge seam' and '# <<< ql-bridge seam'); nothing was changed"
                                ) from None
+    return config
 
 
-def _config_path(settings: Settings, command: str) -> Path:
-    if settings.legacy_data_dir is None:
-        raise SeamRefusedError(f"seam {command}: BRIDGE_LEGACY_DATA_DIR is not set: set it to 2.x's data directory")
-    return config_sh_path(settings.legacy_data_dir)
+def _require_replaceable(config: ConfigSh, command: str) -> None:
+    why = why_not_writable(config)
+    if why is not None:
+        raise SeamRefusedError(f"seam {command} refused: {config.path} cannot be replaced: {why}; nothing was changed")
 
 
 def _shells(checks: list[Check]) -> Check:

@@ -229,3 +229,13 @@ def test_status_shows_the_shells_falling_back_when_the_bridge_is_down(cli: Cli, 
 def test_every_seam_command_needs_the_2x_data_directory(cli: Cli) -> None:
     for command in ("install", "remove", "status"):
         assert "BRIDGE_LEGACY_DATA_DIR is not set" in one_line_failure(cli("seam", command))
+
+
+def test_remove_without_a_block_changes_nothing_even_where_it_could_not(cli: Cli, config: Path,
+                                                                         make_immutable) -> None:
+    make_immutable(config)
+
+    result = cli("seam", "remove")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no ql-bridge block, nothing to remove" in result.stdout and config.read_bytes() == ORIGINAL

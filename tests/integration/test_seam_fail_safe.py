@@ -61,7 +61,7 @@ def test_a_hung_bridge_costs_a_task_start_the_probes_bound_and_no_more(tmp_path:
         elapsed = time.monotonic() - started
 
     assert shell.port == int(BACKEND_MOVED)
-    assert PROBE_TIMEOUT_S <= elapsed < PROBE_TIMEOUT_S + 0.5
+    assert PROBE_TIMEOUT_S <= elapsed < PROBE_TIMEOUT_S + 1.0  # bounded, with room for a loaded machine
 
 
 @pytest.mark.parametrize("remembered, without_bridge", [(BACKEND_MOVED, 5701), ("", 5700)])
