@@ -31,6 +31,7 @@ class ConfigSh:
 
 
 def config_sh_path(data_dir: Path) -> Path:
+    """Where 2.x keeps it: `$dir_config/config.sh`, dir_config being `<data>/config` (shell/share.sh)."""
     return data_dir / "config" / "config.sh"
 
 
