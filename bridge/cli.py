@@ -477,6 +477,53 @@ def doctor() -> None:
         sys.exit(1)
 
 
+_SEAM = ("BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LISTEN", "BRIDGE_LEGACY_URL")
+ENVIRONMENT |= {"seam install": _SEAM, "seam remove": _SEAM, "seam status": ("BRIDGE_LEGACY_DATA_DIR",)}
+
+
+@main.group()
+def seam() -> None:
+    """Put the bridge on 2.x's task shells' path (a fail-safe block in config.sh) and take it off again."""
+
+
+@seam.command("install")
+@click.option("--dry-run", is_flag=True, help="Print the change to config.sh as a diff; change nothing.")
+def seam_install(dry_run: bool) -> None:
+    """Point task shells at the bridge (BRIDGE_LISTEN's port) while it answers /livez; then the doctor's seam
+    lines. Exit 1 when task shells still do not reach the bridge."""
+    from bridge.seam_command import SeamRefusedError, install
+
+    try:
+        sys.exit(install(_settings(), click.echo, dry_run=dry_run))
+    except SeamRefusedError as exc:
+        _fail(str(exc))
+
+
+@seam.command("remove")
+@click.option("--dry-run", is_flag=True, help="Print the change to config.sh as a diff; change nothing.")
+def seam_remove(dry_run: bool) -> None:
+    """Take the ql-bridge block out of config.sh (edits elsewhere stay); then the doctor's seam lines. Exit 1
+    when task shells still call the bridge."""
+    from bridge.seam_command import SeamRefusedError, remove
+
+    try:
+        sys.exit(remove(_settings(), click.echo, dry_run=dry_run))
+    except SeamRefusedError as exc:
+        _fail(str(exc))
+
+
+@seam.command("status")
+def seam_status() -> None:
+    """Whether the block is installed, the port task shells call now (bash sources config.sh as they do), and
+    whether a ql-bridge answers there."""
+    from bridge.seam_command import SeamRefusedError, status
+
+    try:
+        sys.exit(status(_settings(), click.echo))
+    except SeamRefusedError as exc:
+        _fail(str(exc))
+
+
 ENVIRONMENT["db roles"] = _STORE
 
 

@@ -4,7 +4,7 @@
   backend listens on `BACK_PORT`. Every task shell (`task.sh`, `update.sh`) inherits the environment of
   whoever spawned it — the backend, crond, a `docker exec` terminal — then sources `config.sh`, and only
   then computes `ql_port=${QlPort:-5700}`. So `config.sh` is the one place that points every shell at
-  the bridge without moving the backend.
+  the bridge without moving the backend (`seam_block`, `task_shell`).
 - Time zone. Log file names carry the local time of the execution's start and `RunningInstances.
   started_at` the same moment in unix seconds: their difference is the UTC offset 2.x ran with.
 """
@@ -19,39 +19,8 @@ from pathlib import Path
 
 DEFAULT_PORT = 5700
 BACKEND_SCRIPT = b"static/build/app.js"  # what pm2 (or the plain-node fallback) runs
-_QLPORT = re.compile(r"""^\s*(?:export\s+)?QlPort\s*=\s*["']?(\d{1,5})["']?\s*(?:;\s*)?(?:#.*)?$""")
-_QLPORT_ANYWHERE = re.compile(r"\bQlPort\s*=")
 _LOG_STAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-(\d{2})(?:-\d{3})?\.log$")
 _MAX_OFFSET_S = 14 * 3600
-
-
-@dataclass(frozen=True)
-class ConfigShPort:
-    """`QlPort` as 2.x's config.sh sets it for every task shell."""
-
-    path: Path
-    exists: bool
-    port: int | None  # the last plain assignment, or None
-    exported: bool
-    unclear: bool  # QlPort is set in a form this reader does not evaluate (a variable, a condition)
-
-
-def read_config_sh_port(data_dir: Path) -> ConfigShPort:
-    path = data_dir / "config" / "config.sh"
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return ConfigShPort(path, False, None, False, False)
-    port, exported, unclear = None, False, False
-    for line in text.splitlines():
-        if line.lstrip().startswith("#") or not _QLPORT_ANYWHERE.search(line):
-            continue
-        match = _QLPORT.match(line)
-        if match is None:
-            unclear = True
-            continue
-        port, exported = int(match.group(1)), line.lstrip().startswith("export")
-    return ConfigShPort(path, True, port, exported, unclear)
 
 
 @dataclass(frozen=True)
@@ -89,11 +58,6 @@ def find_backend_processes(proc_root: Path = Path("/proc")) -> list[BackendProce
             environ = None
         found.append(BackendProcess(int(pid_dir.name), environ))
     return found
-
-
-def shell_port(config: ConfigShPort, inherited_qlport: int | None) -> int:
-    """The port a task shell calls: config.sh's QlPort wins over the inherited one, else 5700."""
-    return config.port or inherited_qlport or DEFAULT_PORT
 
 
 def log_name_offset_s(log_path: str | None, started_at_s: float | None) -> int | None:

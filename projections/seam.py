@@ -2,9 +2,9 @@
 shadow store has its callbacks going around the bridge (a task shell calling 2.x's port directly),
 which a mismatch count alone does not say.
 
-The usual cause: 2.x's backend was moved to another port through `QlPort`, and the task shells it
-spawns inherit that port; only `export QlPort=<bridge port>` in 2.x's `config/config.sh` (sourced by
-every task shell, never by the backend) points them back at the bridge.
+The usual causes: the ql-bridge block is not in 2.x's `config/config.sh` (sourced by every task shell, never
+by the backend), so the shells keep the port they inherit from the backend; or it is, and the bridge did
+not answer its /livez probe, so the shells fell back to 2.x's port, as the block means them to.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ BYPASS_MESSAGE = "callbacks are bypassing the bridge"
 BYPASS_MIN_MISSING = 3  # a couple of missed executions are a mismatch, not yet a seam problem
 BYPASS_MISSING_SHARE = 0.5  # "most recent executions"
 SEAM_WINDOW_MS = 24 * 3600 * 1000
-SEAM_FIX = ("point every task shell at the bridge: `export QlPort=<the bridge's port>` in 2.x's "
-            "data/config/config.sh (run `ql-bridge doctor`)")
+SEAM_FIX = ("point every task shell at the bridge: `ql-bridge seam install` (a fail-safe QlPort block in 2.x's "
+            "data/config/config.sh), then `ql-bridge doctor`")
 
 
 @dataclass(frozen=True)

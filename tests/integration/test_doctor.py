@@ -53,7 +53,7 @@ def test_doctor_fails_on_the_layout_that_lets_2xs_own_tasks_bypass_the_bridge(
     lines = result.stdout.splitlines()
     shells = next(line for line in lines if "seam: task shells" in line)
     assert shells.startswith("fail") and f"port {backend_port}" in shells and "bypass the bridge" in shells
-    assert any("fix:" in line and "export QlPort=" in line for line in lines)
+    assert any("fix:" in line and "ql-bridge seam install" in line for line in lines)
     assert next(line for line in lines if "seam: 2.x's backend" in line).startswith("ok")
     assert next(line for line in lines if "2.x over HTTP" in line).startswith("ok")
     assert next(line for line in lines if "bridge store" in line).startswith("ok")

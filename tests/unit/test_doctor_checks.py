@@ -1,4 +1,5 @@
-"""`ql-bridge doctor`'s checks judged on given evidence (no I/O): each verdict and its fix."""
+"""`ql-bridge doctor`'s checks judged on given evidence: each verdict and its fix. The task-shell check runs real
+bash over a real config.sh, as a task shell sources it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from bridge.config import Settings
 from bridge.doctor import Check, Evidence, check_coverage, check_process_identity, check_shell_port, check_time_zone
 from bridge.service.seam import OriginCoverage
-from legacy_adapters.install import BackendProcess, log_name_offset_s, read_config_sh_port
+from legacy_adapters.install import BackendProcess, log_name_offset_s
 
 OK = Check("x", "ok", "fine")
 
@@ -24,8 +25,8 @@ def evidence(tmp_path: Path, *, tz: str = "UTC", backends: list[BackendProcess] 
                     passes_ran)
 
 
-def backend(qlport: str | None = "5701") -> BackendProcess:
-    return BackendProcess(4242, {"BACK_PORT": "5701", **({"QlPort": qlport} if qlport else {})})
+def backend(qlport: str | None = "5701", **environ: str) -> BackendProcess:
+    return BackendProcess(4242, {"BACK_PORT": "5701", **({"QlPort": qlport} if qlport else {}), **environ})
 
 
 def write_config(tmp_path: Path, text: str) -> None:
@@ -39,7 +40,7 @@ def test_shells_inheriting_the_backends_port_bypass_the_bridge_and_the_fix_is_co
     check = check_shell_port(evidence(tmp_path, backends=[backend()]))
 
     assert check.verdict == "fail" and "5701" in check.detail and "bypass the bridge" in check.detail
-    assert check.fix is not None and "export QlPort=5700" in check.fix and "config.sh" in check.fix
+    assert check.fix is not None and "ql-bridge seam install" in check.fix and "config.sh" in check.fix
 
 
 @pytest.mark.parametrize("line", ["export QlPort=5700", "QlPort=5700", 'export QlPort="5700"  # the bridge'])
@@ -54,10 +55,22 @@ def test_an_unreadable_backend_without_config_sh_is_a_warning_not_a_guess(tmp_pa
     assert check.verdict == "warn"
 
 
-def test_a_qlport_set_through_a_variable_is_reported_as_unclear(tmp_path: Path) -> None:
-    write_config(tmp_path, 'export QlPort="${BRIDGE_PORT:-5700}"\n')
-    assert read_config_sh_port(tmp_path).unclear
-    assert check_shell_port(evidence(tmp_path, backends=[backend()])).verdict == "warn"
+def test_a_qlport_set_through_a_variable_is_evaluated_by_bash_with_the_backends_environment(tmp_path: Path) -> None:
+    write_config(tmp_path, 'export QlPort="${SHELL_PORT:-5700}"\n')
+
+    default = check_shell_port(evidence(tmp_path, backends=[backend()]))
+    moved = check_shell_port(evidence(tmp_path, backends=[backend(SHELL_PORT="5702")]))
+
+    assert default.verdict == "ok" and "port 5700" in default.detail
+    assert moved.verdict == "fail" and "port 5702" in moved.detail and "neither the bridge nor 2.x" in moved.detail
+
+
+def test_a_config_sh_that_ends_the_shell_is_a_warning_that_says_so(tmp_path: Path) -> None:
+    write_config(tmp_path, "exit 3\n")
+
+    check = check_shell_port(evidence(tmp_path, backends=[backend()]))
+
+    assert check.verdict == "warn" and "ended the shell" in check.detail
 
 
 def shanghai_log(moment: datetime) -> tuple[str, float]:
