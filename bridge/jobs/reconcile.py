@@ -5,8 +5,10 @@ ever held for one short read per batch. Each disagreement becomes a mismatch row
 `run.legacy_projection_mismatch` event when it names a Run), and so does a 2.x value no rule can judge
 (`invalid_legacy_value`) and an execution 2.x recorded more than once (`legacy_duplicate_instance`). A
 mismatch is closed, not deleted, once a pass judged its subject again and did not find it again; what a
-pass did not judge stays open. A pass that fails midway records why (a code, never a message) and leaves
-the rest to the next one.
+pass did not judge stays open, until no pass can judge it any more: then it is closed as expired, with the
+reason (projections.reconcile.JudgedSubjects) and the pass; so is a callback the bridge could not place
+(``compat.*``), once it was last seen before the lookback. A pass that fails midway records why (a code, never
+a message), closes nothing, and leaves the rest to the next one.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from projections.reconcile import (
     INVALID_LEGACY_VALUE,
     KEY_COLUMNS,
     LEGACY_DUPLICATE_INSTANCE,
+    PAST_LOOKBACK,
     Finding,
     JudgedSubjects,
     RecordedAgain,
@@ -142,7 +145,8 @@ class Reconciler:
         pass_id = self._store.open_pass(started)
         try:
             stats = self._pass(pass_id, started)
-            stats["resolved"] = self._store.resolve_unseen(self._judged.ids, started, self._clock.now_ms())
+            stats["resolved"] = self._store.resolve_unseen(self._judged.ids, started, self._clock.now_ms(), pass_id)
+            stats["expired"] = self._expire(pass_id, started)
             self._store.close_pass(pass_id, self._clock.now_ms(), "ok", None, stats)
         except Exception as exc:  # noqa: BLE001 - any failure ends this pass cleanly; the next one starts over
             reason = failure_code(exc)
@@ -155,6 +159,15 @@ class Reconciler:
             return PassResult("failed", reason)
         self._metrics.reconcile("ok")
         return PassResult("ok", None, stats)
+
+    def _expire(self, pass_id: int, started: int) -> int:
+        """Close as expired what this whole pass could not judge and no pass will; returns how many."""
+        since_ms = started - self._settings.lookback_s * 1000
+        old_runs = self._store.runs_created_before(self._judged.open_runs, since_ms)
+        reasons = self._judged.unjudgeable(old_runs)
+        at_ms = self._clock.now_ms()
+        expired = self._store.expire_unseen(reasons, started, at_ms, pass_id)
+        return expired + self._store.expire_callback_mismatches(since_ms, at_ms, pass_id, PAST_LOOKBACK)
 
     def _pass(self, pass_id: int, now_ms: int) -> dict[str, int]:
         stats: dict[str, int] = {"instances": 0, "findings": 0, "cancelled": 0, "crons": 0}
@@ -185,6 +198,9 @@ class Reconciler:
             if instance.id not in defects:  # read without invalid values: an invalid_legacy_value on it is judged
                 self._judged.instance(instance.id, compared=False)
         window = [i for i in batch if i.id not in unplaceable and (i.started_at or 0) * 1000 >= since_ms]
+        in_window = {i.id for i in window}
+        for instance in batch:  # a row older than the lookback is never compared again
+            self._judged.row_read(instance.id, past_lookback=instance.id not in unplaceable | in_window)
         executions: dict[str, list[LegacyInstance]] = {}
         for instance in window:  # replayed starts give one execution more than one row
             key = run_key(instance.cron_id, instance.pid, instance.log_path, instance.started_at)
@@ -321,6 +337,7 @@ class Reconciler:
             for cron_id in ids:
                 stats["crons"] += 1
                 cron = self._cron(cron_id)
+                self._judged.cron_visited(cron_id, exists=cron is not None)
                 if cron is None:
                     continue
                 if defects := cron_defects(cron, latest_s):
