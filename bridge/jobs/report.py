@@ -315,6 +315,14 @@ def _store_figures(queries: ReportReads, tally: _Tally, window: Window, threshol
         if room > 0:
             f.examples += [example(r, window.zone) for r in queries.open_mismatch_examples(
                 origin, kind, min(EXAMPLES_PER_KIND, room))]
+    for (origin, kind, expired), n in sorted(queries.closed_mismatch_counts(window.start_ms, window.end_ms).items(),
+                                             key=lambda i: (i[0][0] or "", i[0][1], i[0][2] or "")):
+        f = tally.fig(origin)
+        if expired is None:
+            _add(f.resolved_mismatches_by_kind, kind, n)
+        else:
+            _add(f.expired_mismatches_by_kind, kind, n)
+            _add(f.expired_mismatches_by_reason, expired, n)
     for f in tally.figures.values():
         f.duplicates = f.open_mismatches_by_kind.get("duplicate", 0)
         f.stuck_runs = f.open_mismatches_by_kind.get("stuck", 0)
@@ -324,6 +332,10 @@ def _store_figures(queries: ReportReads, tally: _Tally, window: Window, threshol
         tally.fig(origin).runs_created += n
     for origin, n in queries.shadow_write_failures(window.start_ms, window.end_ms).items():
         tally.fig(origin).shadow_write_failures += n
+
+
+def _add(counts: dict[str, int], key: str, n: int) -> None:
+    counts[key] = counts.get(key, 0) + n
 
 
 def _entry(origin: str, tally: _Tally, thresholds: GateThresholds, window: Window, mode: str | None,
@@ -344,7 +356,9 @@ def _standard_notes(excluded: int) -> list[str]:
         "An instance without a shadow Run is attributed by its schedule only: manual and boot runs without a "
         "Run count under scheduled_* or script.",
         "subscription and system executions carry no cron ID and send no status callback: not observable.",
-        "Open mismatch counts, duplicates and stuck runs are the reconciler's open rows at report time.",
+        "Open mismatch counts, duplicates and stuck runs are the reconciler's open rows at report time; only "
+        "open mismatches reach the gates. Resolved and expired ones are those closed inside the window: resolved "
+        "when a pass judged them again and found agreement, expired when no pass can judge them any more.",
         "shadow_write_failures counts compat.shadow_write_failed events; failures that left no Run appear only "
         "in the ql_bridge_shadow_write_failed_total metric.",
     ]

@@ -31,6 +31,10 @@ class ReportReads(Protocol):
         """Open mismatches per (origin, kind)."""
         ...
 
+    def closed_mismatch_counts(self, since_ms: int, until_ms: int) -> dict[tuple[str | None, str, str | None], int]:
+        """Mismatches closed in the window per (origin, kind, expired reason): None for resolved ones."""
+        ...
+
     def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` open mismatches of one (origin, kind), newest first."""
         ...

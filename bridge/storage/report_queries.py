@@ -79,6 +79,15 @@ class ReportQueries:
         with self._read() as conn:
             return {(origin, kind): int(n) for origin, kind, n in conn.execute(stmt)}
 
+    def closed_mismatch_counts(self, since_ms: int, until_ms: int) -> dict[tuple[str | None, str, str | None], int]:
+        """Mismatches closed in the window per (origin, kind, expired reason): None for resolved ones."""
+        t = mismatches_table
+        stmt = (select(t.c.origin, t.c.kind, t.c.expired_reason, func.count())
+                .where(t.c.resolved_at_ms >= since_ms, t.c.resolved_at_ms <= until_ms)
+                .group_by(t.c.origin, t.c.kind, t.c.expired_reason))
+        with self._read() as conn:
+            return {(origin, kind, reason): int(n) for origin, kind, reason, n in conn.execute(stmt)}
+
     def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` open mismatches of one (origin, kind), newest first."""
         t = mismatches_table
