@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,12 +156,6 @@ class JudgedSubjects:
         for kind, mismatch_id in self._open.get(subject, ()):
             if kinds is None or kind in kinds:
                 self._judged[mismatch_id] = kind
-
-
-def compared_row(rows: Sequence[LegacyInstance], defects: Mapping[int, object]) -> LegacyInstance:
-    """Of the rows 2.x holds for one execution, the one its Run is compared with: one without invalid values,
-    then a closed one (a replayed start opens a row of its own), then the lowest id."""
-    return min(rows, key=lambda i: (i.id in defects, i.status == InstanceStatus.RUNNING, i.id))
 
 
 @dataclass

@@ -39,6 +39,7 @@ from bridge.service.shadow import PendingEndStore, ShadowRecorder
 from bridge.storage.errors import translate_operational_error
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key as run_key
+from legacy_adapters.identity import instance_import_key, speaking_row
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader
@@ -56,7 +57,6 @@ from projections.reconcile import (
     compare_cron,
     compare_ended,
     compare_running,
-    compared_row,
     cron_defects,
     instance_defects,
     invalid_value,
@@ -205,8 +205,10 @@ class Reconciler:
         for instance in window:  # replayed starts give one execution more than one row
             key = run_key(instance.cron_id, instance.pid, instance.log_path, instance.started_at)
             executions.setdefault(key, []).append(instance)
-        # History imported by `bridge import-legacy` is keyed by instance id: found, then left out of the checks.
-        runs = self._store.runs_by_keys([*executions, *(import_key(i.id) for i in window)])
+        # History imported by `bridge import-legacy` (keyed by the execution, or by instance id as earlier imports
+        # were): found, then left out of the checks, every row of the execution.
+        imports = {key: instance_import_key(rows[0]) for key, rows in executions.items()}
+        runs = self._store.runs_by_keys([*executions, *imports.values(), *(import_key(i.id) for i in window)])
         earlier = self._store.mark_seen(pass_id, [run["id"] for run in runs.values()])
         for run in runs.values():
             self._judged.run_matched(run["id"])
@@ -214,7 +216,7 @@ class Reconciler:
         for key, rows in executions.items():
             stats["instances"] += 1
             run = runs.get(key)
-            imported = {i.id for i in rows if run is None and import_key(i.id) in runs}
+            imported = {i.id for i in rows if run is None and (imports[key] in runs or import_key(i.id) in runs)}
             for instance_id in imported - defects.keys():
                 self._judged.instance(instance_id)  # it has its Run, whose history is not compared
             again = run is not None and run["id"] in earlier
@@ -226,7 +228,7 @@ class Reconciler:
         """One execution's rows in this batch. One is compared with the Run; any other is 2.x recording the
         execution again (replayed callbacks), counted and never compared. ``again``: the Run was matched in
         an earlier batch of this pass, so every row here is such a row."""
-        compared = None if again else compared_row(rows, defects)
+        compared = None if again else speaking_row(rows, defects.keys())
         if compared is not None and self._judge(compared, run, defects.get(compared.id), cutoff_s, stats):
             self._judged.instance(compared.id)
         in_flight = (rows[0].started_at or 0) > cutoff_s  # one begin second for all of them

@@ -29,9 +29,10 @@ from bridge.domain.errors import BridgeError
 from bridge.domain.events import EventType
 from bridge.domain.keys import execution_key, import_key
 from bridge.domain.model import IMPORTED_MODE, Origin
-from bridge.service.reports import ReportReads, ReportSources
+from bridge.service.reports import MAX_KEYS, ReportReads, ReportSources
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
+from legacy_adapters.identity import instance_import_key
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
 from legacy_adapters.schema import InstanceStatus
@@ -194,12 +195,16 @@ class _Scan:
         if not batch:
             return
         keys = {i.id: _run_key(i, ms) for i, ms in batch}
-        # History brought in by `bridge import-legacy` is keyed by the instance id instead.
-        imported = {i.id: import_key(i.id) for i, _ in batch}
-        runs = self.queries.runs_by_keys([k for k in keys.values() if k is not None] + list(imported.values()))
+        # History brought in by `bridge import-legacy` is keyed by the execution (or, by earlier imports, the row).
+        imported = {i.id: (instance_import_key(i), import_key(i.id)) for i, _ in batch}
+        wanted = [k for k in keys.values() if k is not None] + sorted({k for pair in imported.values() for k in pair})
+        runs: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(wanted), MAX_KEYS):  # up to three keys a row: more than one lookup takes
+            runs.update(self.queries.runs_by_keys(wanted[start:start + MAX_KEYS]))
         for instance, started_ms in batch:
             key = keys[instance.id]
-            run = (runs.get(key) if key is not None else None) or runs.get(imported[instance.id])
+            run = ((runs.get(key) if key is not None else None) or runs.get(imported[instance.id][0])
+                   or runs.get(imported[instance.id][1]))
             if run is not None and run.get("mode") == IMPORTED_MODE:
                 self.excluded += 1
                 self.tally.fig(run.get("origin")).legacy_import_excluded += 1

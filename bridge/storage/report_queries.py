@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.events import CALLBACK_MISMATCH_KINDS, EventType
 from bridge.domain.model import IMPORTED_MODE
+from bridge.service.reports import MAX_KEYS
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import translate_operational_error
 from bridge.storage.schema import (
@@ -30,7 +31,6 @@ from bridge.storage.schema import (
 PROJECT_ID = "default"  # shadow Runs live in the default project (bridge/service/shadow.py)
 SHADOW_WRITE_FAILED = EventType.COMPAT_SHADOW_WRITE_FAILED.value
 DAY_MS = 86_400_000
-MAX_KEYS = 1000  # one IN list; callers send batches of at most this many keys
 
 
 class ReportQueries:

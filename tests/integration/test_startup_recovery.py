@@ -202,3 +202,17 @@ def test_where_2xs_processes_are_visible_a_shell_that_cannot_be_proven_alive_is_
 
     assert recover(world, probe=proc_root(tmp_path / "proc", legacy_visible=True)) == {"lost:process_unprovable": 1}
     assert (world.run_row(cron, 71, "same.log") or {}).get("status") == "lost"
+
+
+def test_of_an_execution_2x_recorded_twice_the_row_closed_by_its_own_end_speaks(world: World) -> None:
+    cron = world.data.add_cron("replayed", "task replayed.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 73, "twice.log")) == 200
+    assert world.direct(end(cron, 73, "twice.log", exit_code=4)) == 200  # the bridge was down for the end
+    assert world.direct(start(cron, 73, "twice.log")) == 200  # a replayed start: 2.x opens a second row
+    world.legacy("UPDATE RunningInstances SET status = 2 WHERE status = 0")  # 2.x's boot reset (initData)
+    assert [(i["status"], i["exit_code"]) for i in world.data.instance_rows(cron)] == [(3, 4), (2, None)]
+
+    assert recover(world) == {"completed": 1}
+
+    row = world.run_row(cron, 73, "twice.log")
+    assert row is not None and (row["status"], row["exit_code"]) == ("failed", 4)
