@@ -175,7 +175,8 @@ def check_process_identity(evidence: Evidence) -> Check:
     if evidence.backends:
         return Check("process identity", "ok", "2.x's processes are visible: task shells can be told alive or gone")
     return Check("process identity", "warn",
-                 "2.x's processes are not visible from here: after a bridge restart its unfinished Runs become lost",
+                 "2.x's processes are not visible from here: after a bridge restart 2.x's instance rows alone decide "
+                 "its unfinished Runs, and a shell gone without an end callback stays open",
                  "run the bridge in 2.x's container or share its pid namespace (`--pid container:qinglong`, "
                  "compose `pid: service:qinglong`)")
 

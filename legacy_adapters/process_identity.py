@@ -3,6 +3,10 @@
 A handle is the boot id plus the start ticks and process group from /proc/<pid>/stat, taken while the
 task shell is known to be alive (at its start callback). Later the process counts as the same one only
 if all three still match. Nothing here ever sends a signal.
+
+All of it means something only where 2.x's processes are visible, i.e. the bridge shares 2.x's pid namespace
+(``sees_legacy``, the evidence `ql-bridge doctor` shows as "process identity"). Elsewhere a pid names some other
+process or none, and the task shell can be told neither alive nor gone.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from legacy_adapters.install import find_backend_processes
 
 PROC = Path("/proc")
 # The task shell is bash running task.sh (legacy-2x.md 3.4); a pid whose command is something else is not
@@ -51,6 +57,10 @@ class ProcProbe:
             except OSError:
                 return None
         return self._boot_id
+
+    def sees_legacy(self) -> bool:
+        """Whether 2.x's Node backend is visible here (2.x's pid namespace): without it no identity can be judged."""
+        return bool(find_backend_processes(self._root))
 
     def stat(self, pid: int) -> tuple[str, int, int] | None:
         """(command, start ticks, process group) of a live pid, or None."""

@@ -90,6 +90,11 @@ class OriginFigures:
     duplicates: int = 0
     stuck_runs: int = 0
     open_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
+    # Closed inside the window: resolved (a pass judged them again and found agreement), or expired (no pass can
+    # judge them any more). Neither reaches a gate: the gates count what is open.
+    resolved_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
+    expired_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
+    expired_mismatches_by_reason: dict[str, int] = field(default_factory=dict)
     stale_mismatches: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
     shadow_write_failures: int = 0
@@ -109,6 +114,9 @@ class OriginFigures:
             "duplicates": self.duplicates,
             "stuck_runs": self.stuck_runs,
             "open_mismatches_by_kind": dict(sorted(self.open_mismatches_by_kind.items())),
+            "resolved_mismatches_by_kind": dict(sorted(self.resolved_mismatches_by_kind.items())),
+            "expired_mismatches_by_kind": dict(sorted(self.expired_mismatches_by_kind.items())),
+            "expired_mismatches_by_reason": dict(sorted(self.expired_mismatches_by_reason.items())),
             "stale_mismatches": self.stale_mismatches,
             "shadow_write_failures": self.shadow_write_failures,
             "runs_created": self.runs_created,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,12 +64,27 @@ def judged_subject(kind: str, cron_id: int | None, dedupe_key: str) -> str:
     return subject
 
 
-class JudgedSubjects:
-    """The reconciler mismatches open when a pass began, and those whose subject the pass judged again.
+# Why a pass closed a mismatch it can no longer judge (``expired``, never an agreement).
+PAST_LOOKBACK = "past_lookback"  # its 2.x row or Run is older than the lookback: no pass reads it for a comparison
+CRON_DELETED = "cron_deleted"  # its cron's Crontabs row is gone: nothing to compare the cron's active Runs with
+LEGACY_ROW_GONE = "legacy_row_gone"  # a whole pass read 2.x's RunningInstances and its row was not there
 
-    Only those may close, and only when the pass did not find them again: a fact the pass did not look at
-    (an execution in flight or outside the window, a cron too recent to compare or not read, a duplicate
-    group it did not read) is no agreement. It holds what is open, never what 2.x holds.
+
+class JudgedSubjects:
+    """The reconciler mismatches open when a pass began, those whose subject the pass judged again, and those
+    it can no longer judge.
+
+    Judged ones may close as resolved, and only when the pass did not find them again: a fact the pass did not
+    look at (an execution in flight, a cron too recent to compare, a duplicate group it did not read) is no
+    agreement and stays open. One whose subject no pass will judge again closes as expired, with the reason:
+
+    - a 2.x row (``i<id>``) read older than the lookback, or (after a whole pass) not read at all: past_lookback,
+      legacy_row_gone;
+    - a Run (``r<id>``) created before the lookback: past_lookback (``runs_past_lookback`` says which);
+    - a cron (``c<id>``) whose Crontabs row is gone: cron_deleted; one the pass never visited (no Run of it in the
+      lookback): past_lookback.
+
+    It holds what is open, never what 2.x holds.
     """
 
     def __init__(self, open_mismatches: Iterable[tuple[int, str, int | None, str]]) -> None:
@@ -77,6 +92,8 @@ class JudgedSubjects:
         for mismatch_id, kind, cron_id, dedupe_key in open_mismatches:
             self._open.setdefault(judged_subject(kind, cron_id, dedupe_key), []).append((kind, mismatch_id))
         self._judged: dict[int, str] = {}
+        self._read: set[str] = set()  # subjects with open mismatches the pass read (rows) or visited (crons)
+        self._unjudgeable: dict[str, str] = {}  # such subjects, with why they can no longer be judged
 
     def __len__(self) -> int:
         return sum(len(mismatches) for mismatches in self._open.values())
@@ -89,6 +106,10 @@ class JudgedSubjects:
         """A 2.x row judged (compared with its Run, or found to have none), or only read without invalid values."""
         self._judge(f"i{instance_id}", None if compared else {INVALID_LEGACY_VALUE})
 
+    def row_read(self, instance_id: int, *, past_lookback: bool) -> None:
+        """A 2.x row the pass read, judged or not; ``past_lookback``: older than the lookback, never compared."""
+        self._seen(f"i{instance_id}", PAST_LOOKBACK if past_lookback else None)
+
     def run_matched(self, run_id: str) -> None:
         """A 2.x row matched the Run: it is no orphan, and its duplicate group (if any) was read."""
         self._judge(f"r{run_id}", {"orphan", "duplicate"})
@@ -96,6 +117,10 @@ class JudgedSubjects:
     def execution(self, run_id: str) -> None:
         """Every row 2.x holds for the Run's execution was read, outside the grace window."""
         self._judge(f"r{run_id}", {LEGACY_DUPLICATE_INSTANCE})
+
+    def cron_visited(self, cron_id: int, *, exists: bool) -> None:
+        """A cron with Runs in the lookback, looked up in Crontabs; ``exists`` False: 2.x deleted it."""
+        self._seen(f"c{cron_id}", None if exists else CRON_DELETED)
 
     def cron(self, cron_id: int, *, compared: bool) -> None:
         """A Crontabs row read without invalid values, and compared with the cron's active Runs or not."""
@@ -105,16 +130,34 @@ class JudgedSubjects:
         """The pass could not judge every mismatch of this kind after all (it read a page of them only)."""
         self._judged = {mismatch_id: k for mismatch_id, k in self._judged.items() if k != kind}
 
+    @property
+    def open_runs(self) -> list[str]:
+        """The Runs that open Run mismatches (``r<id>``) name; the caller says which were created before the
+        lookback."""
+        return sorted(subject[1:] for subject in self._open if subject.startswith("r"))
+
+    def unjudgeable(self, runs_past_lookback: Iterable[str] = ()) -> dict[int, str]:
+        """After a whole pass: each open mismatch it did not judge and no pass can judge any more, with why."""
+        why = dict(self._unjudgeable)
+        why.update((f"r{run_id}", PAST_LOOKBACK) for run_id in runs_past_lookback)
+        for subject in self._open.keys() - self._read:
+            if subject.startswith("i"):
+                why[subject] = LEGACY_ROW_GONE  # every row was read: this one is not in 2.x's table any more
+            elif subject.startswith("c"):
+                why[subject] = PAST_LOOKBACK  # no Run of the cron in the lookback: the pass never compares it
+        return {mismatch_id: reason for subject, reason in why.items()
+                for _kind, mismatch_id in self._open.get(subject, ()) if mismatch_id not in self._judged}
+
+    def _seen(self, subject: str, unjudgeable: str | None) -> None:
+        if subject in self._open:
+            self._read.add(subject)
+            if unjudgeable is not None:
+                self._unjudgeable[subject] = unjudgeable
+
     def _judge(self, subject: str, kinds: Collection[str] | None) -> None:
         for kind, mismatch_id in self._open.get(subject, ()):
             if kinds is None or kind in kinds:
                 self._judged[mismatch_id] = kind
-
-
-def compared_row(rows: Sequence[LegacyInstance], defects: Mapping[int, object]) -> LegacyInstance:
-    """Of the rows 2.x holds for one execution, the one its Run is compared with: one without invalid values,
-    then a closed one (a replayed start opens a row of its own), then the lowest id."""
-    return min(rows, key=lambda i: (i.id in defects, i.status == InstanceStatus.RUNNING, i.id))
 
 
 @dataclass

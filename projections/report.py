@@ -321,6 +321,9 @@ _FIGURES: dict[str, Any] = {
                            "duplicates", "stuck_runs", "stale_mismatches", "shadow_write_failures", "runs_created",
                            "legacy_import_excluded")}
 _FIGURES.update({"open_mismatches_by_kind": dict, "examples": list})
+_COUNTS_BY = ("open_mismatches_by_kind", "resolved_mismatches_by_kind", "expired_mismatches_by_kind",
+              "expired_mismatches_by_reason")
+_FIGURES_ADDED = dict.fromkeys(_COUNTS_BY[1:], dict)
 _RATIOS = {gate: (*_NUM, None) for gate in RATIO_GATES}
 _GATE = {"gate": str, "passed": bool, "value": (*_NUM, None), "threshold": _NUM, "reason": str, "detail": str}
 _EXAMPLE = {"kind": str, "cron_id": (int, None), "run_id": (str, None), "first_seen_ms": int, "last_seen_ms": int,
@@ -360,18 +363,18 @@ def _check_origin(entry: Any, where: str) -> list[str]:
         return errors
     if isinstance(entry.get("verdict"), dict):
         errors += _check_verdict(entry["verdict"], entry["ready_for_primary"], f"{where}.verdict")
-    errors += _check(entry["figures"], _FIGURES, f"{where}.figures") + _check(entry["ratios"], _RATIOS,
-                                                                              f"{where}.ratios")
+    errors += _check(entry["figures"], _FIGURES, f"{where}.figures", _FIGURES_ADDED) + _check(
+        entry["ratios"], _RATIOS, f"{where}.ratios")
     for i, gate in enumerate(entry["gates"]):
         errors += _check(gate, _GATE, f"{where}.gates[{i}]")
     for i, ex in enumerate(entry["figures"].get("examples", []) if isinstance(entry["figures"], dict) else []):
         errors += _check(ex, _EXAMPLE, f"{where}.figures.examples[{i}]", _EXAMPLE_ADDED)
         if isinstance(ex, dict) and isinstance(ex.get("sides"), dict):
             errors += _check(ex["sides"], _SIDES, f"{where}.figures.examples[{i}].sides")
-    counts = entry["figures"].get("open_mismatches_by_kind", {})
-    if isinstance(counts, dict):
-        errors += [f"{where}.figures.open_mismatches_by_kind.{k}: not a count" for k, v in counts.items()
-                   if not _is(v, int)]
+    for name in _COUNTS_BY:
+        counts = entry["figures"].get(name, {})
+        if isinstance(counts, dict):
+            errors += [f"{where}.figures.{name}.{k}: not a count" for k, v in counts.items() if not _is(v, int)]
     return errors
 
 

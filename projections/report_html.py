@@ -79,6 +79,7 @@ def render_html(report: dict[str, Any]) -> str:
         timeline_chart(report["mismatch_timeline"], window), "</section></div>",
         "<section><h2>Gate verdicts</h2>", _verdicts(report["origins"]), _thresholds(report["thresholds"]),
         "</section>",
+        "<section><h2>Mismatches: open, resolved, expired</h2>", _lifecycle(report["origins"]), "</section>",
         "<section><h2>Examples of open mismatches</h2>", _examples(report["origins"], zone), "</section>",
         "<section><h2>Notes</h2><ul>", *(f"<li>{_e(n)}</li>" for n in report["notes"]), "</ul></section>",
         f'<footer class="muted"><p>Schema {_e(report["schema"])}; generated '
@@ -325,6 +326,25 @@ def _value(value: Any, instance_status: bool = False) -> str:
         return str(value).lower()
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _lifecycle(origins: list[dict[str, Any]]) -> str:
+    """Per origin: open now (what the gates count), and closed inside the window as resolved or as expired."""
+    head = ("Origin", "Open", "Resolved in window", "Expired in window")
+    rows = []
+    for o in origins:
+        f = o["figures"]
+        expired = f.get("expired_mismatches_by_reason", {})
+        why = ", ".join(f"{_e(reason)} {n:,}" for reason, n in sorted(expired.items()))
+        values = [_e(o["origin"]), f"{sum(f['open_mismatches_by_kind'].values()):,}",
+                  f"{sum(f.get('resolved_mismatches_by_kind', {}).values()):,}",
+                  f"{sum(expired.values()):,}" + (f" ({why})" if why else "")]
+        rows.append("<tr>" + "".join(_td(h, v, "num" if i else "") for i, (h, v) in enumerate(zip(head, values,
+                                                                                                  strict=True)))
+                    + "</tr>")
+    header = "".join(f"<th>{_e(h)}</th>" for h in head)
+    return (f'<table id="mismatch-lifecycle" class="cards"><thead><tr>{header}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
 
 
 def _examples(origins: list[dict[str, Any]], zone: str) -> str:

@@ -1,7 +1,9 @@
 """The Run keys the bridge gives 2.x's executions: the one home of their formats.
 
 A callback-recorded execution is keyed by what every callback of that execution repeats (cron id, pid, the
-digest of its log path, its start in milliseconds); imported history by 2.x's instance row id. The keys are
+digest of its log path, its start in milliseconds); imported history by the same identity under its own prefix
+(every row 2.x holds for one execution names one Run), or by 2.x's instance row id where a row has no
+identity (no usable cron id or start), as history imported by earlier versions was. The keys are
 idempotency keys: the same execution seen twice (a replay, a second replica, a reconcile pass) finds the same
 Run instead of making another.
 """
@@ -17,5 +19,11 @@ def execution_key(cron_id: int | None, pid: int | None, log_ref: str | None, sta
 
 
 def import_key(instance_id: int) -> str:
-    """The key of the Run imported from 2.x's ``RunningInstances`` row ``instance_id``."""
+    """The key of the Run imported from 2.x's ``RunningInstances`` row ``instance_id`` alone."""
     return f"{IMPORT_KEY_PREFIX}{instance_id}"
+
+
+def imported_execution_key(cron_id: int, pid: int | None, log_ref: str | None, started_at_ms: int) -> str:
+    """``legacy-import:{cron}:{pid}:{log digest}:{start ms}``: the Run imported for one execution, however many
+    rows 2.x holds for it."""
+    return f"{IMPORT_KEY_PREFIX}{cron_id}:{pid}:{log_ref}:{started_at_ms}"

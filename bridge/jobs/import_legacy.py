@@ -14,15 +14,21 @@ before the shell is answered: there each write batch is sized so that its transa
 lock for about ``write_budget_ms`` (measured, batch after batch), and the next one begins no sooner than
 IMPORT_GAP_MS after it, long enough for a writer polling in SQLite's busy handler to get in between.
 
-Per instance:
+One Run per execution: the rows of a batch are grouped by the execution identity the reconciler uses (cron id,
+pid, log path, begin second; replayed start callbacks give 2.x more than one row), and the row that speaks for
+the execution is chosen by ``legacy_adapters.identity.speaking_row``, the rule startup recovery and the
+reconciler follow. The others are counted as ``replayed``. Every row of the execution names the same key
+(``instance_import_key``), so a row of it in a later batch, or a rescan, finds the Run already there (as a
+reconcile pass, the first batch an execution appears in decides). For that row:
 
 - finished / error / stopped: a terminal Run + Attempt 1 in mode ``legacy_import`` (key
-  ``legacy-import:<instance id>``, origin unknown, actor system, every step marked synthesized): succeeded,
+  ``legacy-import:<cron>:<pid>:<log digest>:<start ms>``, or ``legacy-import:<instance id>`` for a row with no
+  usable cron id or start; origin unknown, actor system, every step marked synthesized): succeeded,
   failed (``process_exit_error``), cancelled (``cancelled_by_user``, exit code kept). A stopped row without
   ``finished_at`` is 2.x's boot reset (5.1): cancelled with error_code ``finish_time_unknown`` and no finish time.
 - running: handed to the shadow path, i.e. an active shadow Run under the exact key ShadowRecorder uses, so the
   shell's end callback (or reconciliation) closes it as usual.
-- an instance whose Run already exists (either key) is skipped.
+- an instance whose Run already exists (any of its keys, the row-id key of earlier imports included) is skipped.
 
 Seconds become milliseconds only through ``legacy_adapters.timeconv``.
 """
@@ -64,11 +70,12 @@ from bridge.service.shadow import PROJECT_ID, CallbackFacts
 from bridge.storage.migrate import current_revision, head_revision
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
-from legacy_adapters.identity import task_id, task_revision
+from legacy_adapters.identity import instance_import_key, speaking_row, task_id, task_revision
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin
 from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader, detect_scheduler_mode
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
+from projections.reconcile import instance_defects
 
 T = TypeVar("T")
 
@@ -101,7 +108,7 @@ MIN_WRITE_ROWS = 8
 IMPORT_GAP_MS = 25
 
 _SYNTH = {"synthesized": True}
-_SAFE_INTEGER = 2**53 - 1  # what 2.x accepts (Joi: a safe number); kept as given since revision 0013
+_SAFE_INTEGER = 2**53 - 1  # what 2.x accepts (Joi: a safe number); kept as given since revision 0014
 
 
 class ImportRefusedError(BridgeError):
@@ -124,6 +131,7 @@ class ImportSummary:
     scanned: int = 0
     imported: int = 0
     skipped: int = 0  # a Run for the instance already existed (import key or shadow key)
+    replayed: int = 0  # rows of an execution 2.x recorded more than once, other than the one that speaks for it
     handed_to_shadow: int = 0
     unsupported: int = 0  # an unknown status or no cron id: not imported
     by_status: dict[str, int] = field(default_factory=dict)  # imported Runs by Run status
@@ -140,6 +148,7 @@ class ImportSummary:
         self.scanned += counts["scanned"]
         self.imported += counts["imported"]
         self.skipped += counts["skipped"]
+        self.replayed += counts["replayed"]
         self.handed_to_shadow += counts["handed_to_shadow"]
         self.unsupported += counts["unsupported"]
         self.finish_time_unknown += counts["finish_time_unknown"]
@@ -225,6 +234,8 @@ def print_summary(summary: ImportSummary, console: Console) -> None:
             table.add_row(f"    of which {FINISH_TIME_UNKNOWN} (2.x boot reset)", str(summary.finish_time_unknown))
     table.add_row("running: handed to the shadow path", str(summary.handed_to_shadow))
     table.add_row("skipped (already present)", str(summary.skipped))
+    if summary.replayed:
+        table.add_row("replayed rows of an execution (folded into its one Run)", str(summary.replayed))
     if summary.unsupported:
         table.add_row("not imported (unknown status or no cron id)", str(summary.unsupported))
     if summary.deleted_crons:
@@ -463,10 +474,13 @@ class _Importer:
         plans = [_Plan.of(instance) for instance in batch]
         present = self.uow.read(lambda store: store.existing_keys(PROJECT_ID, [k for p in plans for k in p.keys]))
         build = _Builder(self.clock.now_ms(), self.cap)
+        speaking = _speaking_rows(plans)
         out = []
         for plan in plans:
             status = plan.instance.status
-            if present.intersection(plan.keys):
+            if plan.instance.id not in speaking:
+                out.append(_Planned(plan, "replayed"))
+            elif present.intersection(plan.keys):
                 out.append(_Planned(plan, "skipped"))
             elif plan.instance.cron_id is None or (status not in _ENDED and status != InstanceStatus.RUNNING):
                 out.append(_Planned(plan, "unsupported"))
@@ -529,7 +543,7 @@ class _Planned:
     """What _prepare decided for one instance: an outcome, and for a new Run its ChangeSet and key."""
 
     plan: _Plan
-    outcome: str  # imported | handed_to_shadow | skipped | unsupported
+    outcome: str  # imported | handed_to_shadow | skipped | unsupported | replayed
     change: ChangeSet | None = None
     key: str | None = None
     status: str | None = None
@@ -551,6 +565,15 @@ class _Builder:
                                 payload=payload)
 
 
+def _speaking_rows(plans: list[_Plan]) -> set[int]:
+    """The ids of the rows that speak for their execution, one per execution of the batch."""
+    executions: dict[str, list[LegacyInstance]] = {}
+    for plan in plans:
+        executions.setdefault(plan.import_key, []).append(plan.instance)
+    return {speaking_row(rows, {i.id for i in rows if instance_defects(i, math.inf)}).id
+            for rows in executions.values()}
+
+
 def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
@@ -570,7 +593,8 @@ class _Plan:
 
     @property
     def import_key(self) -> str:
-        return import_key(self.instance.id)
+        """The key of the execution's one imported Run (the row's own id when it has no execution identity)."""
+        return instance_import_key(self.instance)
 
     @property
     def facts(self) -> CallbackFacts:
@@ -583,8 +607,10 @@ class _Plan:
         return self.facts.execution_key
 
     @property
-    def keys(self) -> tuple[str, str]:
-        return self.import_key, self.shadow_key
+    def keys(self) -> tuple[str, ...]:
+        """Every key a Run of this execution may already have: imported (also by the row-id key of earlier
+        imports) or recorded by the shadow path."""
+        return self.import_key, import_key(self.instance.id), self.shadow_key
 
     @classmethod
     def of(cls, instance: LegacyInstance) -> _Plan:

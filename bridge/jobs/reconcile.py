@@ -5,8 +5,10 @@ ever held for one short read per batch. Each disagreement becomes a mismatch row
 `run.legacy_projection_mismatch` event when it names a Run), and so does a 2.x value no rule can judge
 (`invalid_legacy_value`) and an execution 2.x recorded more than once (`legacy_duplicate_instance`). A
 mismatch is closed, not deleted, once a pass judged its subject again and did not find it again; what a
-pass did not judge stays open. A pass that fails midway records why (a code, never a message) and leaves
-the rest to the next one.
+pass did not judge stays open, until no pass can judge it any more: then it is closed as expired, with the
+reason (projections.reconcile.JudgedSubjects) and the pass; so is a callback the bridge could not place
+(``compat.*``), once it was last seen before the lookback. A pass that fails midway records why (a code, never
+a message), closes nothing, and leaves the rest to the next one.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from bridge.service.shadow import PendingEndStore, ShadowRecorder
 from bridge.storage.errors import translate_operational_error
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key as run_key
+from legacy_adapters.identity import instance_import_key, speaking_row
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader
@@ -47,13 +50,13 @@ from projections.reconcile import (
     INVALID_LEGACY_VALUE,
     KEY_COLUMNS,
     LEGACY_DUPLICATE_INSTANCE,
+    PAST_LOOKBACK,
     Finding,
     JudgedSubjects,
     RecordedAgain,
     compare_cron,
     compare_ended,
     compare_running,
-    compared_row,
     cron_defects,
     instance_defects,
     invalid_value,
@@ -142,7 +145,8 @@ class Reconciler:
         pass_id = self._store.open_pass(started)
         try:
             stats = self._pass(pass_id, started)
-            stats["resolved"] = self._store.resolve_unseen(self._judged.ids, started, self._clock.now_ms())
+            stats["resolved"] = self._store.resolve_unseen(self._judged.ids, started, self._clock.now_ms(), pass_id)
+            stats["expired"] = self._expire(pass_id, started)
             self._store.close_pass(pass_id, self._clock.now_ms(), "ok", None, stats)
         except Exception as exc:  # noqa: BLE001 - any failure ends this pass cleanly; the next one starts over
             reason = failure_code(exc)
@@ -155,6 +159,15 @@ class Reconciler:
             return PassResult("failed", reason)
         self._metrics.reconcile("ok")
         return PassResult("ok", None, stats)
+
+    def _expire(self, pass_id: int, started: int) -> int:
+        """Close as expired what this whole pass could not judge and no pass will; returns how many."""
+        since_ms = started - self._settings.lookback_s * 1000
+        old_runs = self._store.runs_created_before(self._judged.open_runs, since_ms)
+        reasons = self._judged.unjudgeable(old_runs)
+        at_ms = self._clock.now_ms()
+        expired = self._store.expire_unseen(reasons, started, at_ms, pass_id)
+        return expired + self._store.expire_callback_mismatches(since_ms, at_ms, pass_id, PAST_LOOKBACK)
 
     def _pass(self, pass_id: int, now_ms: int) -> dict[str, int]:
         stats: dict[str, int] = {"instances": 0, "findings": 0, "cancelled": 0, "crons": 0}
@@ -185,12 +198,17 @@ class Reconciler:
             if instance.id not in defects:  # read without invalid values: an invalid_legacy_value on it is judged
                 self._judged.instance(instance.id, compared=False)
         window = [i for i in batch if i.id not in unplaceable and (i.started_at or 0) * 1000 >= since_ms]
+        in_window = {i.id for i in window}
+        for instance in batch:  # a row older than the lookback is never compared again
+            self._judged.row_read(instance.id, past_lookback=instance.id not in unplaceable | in_window)
         executions: dict[str, list[LegacyInstance]] = {}
         for instance in window:  # replayed starts give one execution more than one row
             key = run_key(instance.cron_id, instance.pid, instance.log_path, instance.started_at)
             executions.setdefault(key, []).append(instance)
-        # History imported by `bridge import-legacy` is keyed by instance id: found, then left out of the checks.
-        runs = self._store.runs_by_keys([*executions, *(import_key(i.id) for i in window)])
+        # History imported by `bridge import-legacy` (keyed by the execution, or by instance id as earlier imports
+        # were): found, then left out of the checks, every row of the execution.
+        imports = {key: instance_import_key(rows[0]) for key, rows in executions.items()}
+        runs = self._store.runs_by_keys([*executions, *imports.values(), *(import_key(i.id) for i in window)])
         earlier = self._store.mark_seen(pass_id, [run["id"] for run in runs.values()])
         for run in runs.values():
             self._judged.run_matched(run["id"])
@@ -198,7 +216,7 @@ class Reconciler:
         for key, rows in executions.items():
             stats["instances"] += 1
             run = runs.get(key)
-            imported = {i.id for i in rows if run is None and import_key(i.id) in runs}
+            imported = {i.id for i in rows if run is None and (imports[key] in runs or import_key(i.id) in runs)}
             for instance_id in imported - defects.keys():
                 self._judged.instance(instance_id)  # it has its Run, whose history is not compared
             again = run is not None and run["id"] in earlier
@@ -210,7 +228,7 @@ class Reconciler:
         """One execution's rows in this batch. One is compared with the Run; any other is 2.x recording the
         execution again (replayed callbacks), counted and never compared. ``again``: the Run was matched in
         an earlier batch of this pass, so every row here is such a row."""
-        compared = None if again else compared_row(rows, defects)
+        compared = None if again else speaking_row(rows, defects.keys())
         if compared is not None and self._judge(compared, run, defects.get(compared.id), cutoff_s, stats):
             self._judged.instance(compared.id)
         in_flight = (rows[0].started_at or 0) > cutoff_s  # one begin second for all of them
@@ -321,6 +339,7 @@ class Reconciler:
             for cron_id in ids:
                 stats["crons"] += 1
                 cron = self._cron(cron_id)
+                self._judged.cron_visited(cron_id, exists=cron is not None)
                 if cron is None:
                     continue
                 if defects := cron_defects(cron, latest_s):

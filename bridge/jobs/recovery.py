@@ -3,12 +3,20 @@
 First the ends kept for a stop decision whose window is over are decided (bridge.jobs.stop_decisions), so an
 exit code observed before a restart is never lost; a Run whose kept end is not due yet is left to the decider.
 Then 2.x's own instance row, found by the execution's identity (cron id, pid, log path, begin second), says
-how the execution ended; while it still says running, only the recorded process identity (boot id, start
-ticks, process group) can prove the shell alive. Proven running stays running (`run.reconciled`), proven
-ended is completed, or cancelled with the stop's source (legacy_boot_reset, replaced_by_next_run,
-stopped_in_legacy), anything unprovable becomes `lost` with its reason. A 2.x database that cannot be read
-proves nothing: those Runs are left as they are (`deferred:<state>`) for the next call. Never a bulk reset,
-never a signal; safe to call at every process start, and again later.
+how the execution ended. Which evidence decides a row that still says running depends on the deployment:
+
+- 2.x's processes visible (the bridge shares 2.x's pid namespace; ``ProcProbe.sees_legacy``): only the recorded
+  process identity (boot id, start ticks, process group) proves the shell alive; a shell that is gone or cannot
+  be proven alive becomes ``lost`` (the "script called exit" case 2.x itself never closes);
+- 2.x's processes not visible (another pid namespace: no pid here names 2.x's shell): identity can be judged
+  neither way, so 2.x's row is the evidence and the Run stays open, with a ``run.reconciled`` event saying it
+  was not proven (``processes_not_visible``); its end callback, or a later pass, closes it.
+
+Either way: proven running stays running (``run.reconciled``), ended is completed with 2.x's facts, or cancelled
+with the stop's source (legacy_boot_reset, replaced_by_next_run, stopped_in_legacy), and a Run 2.x holds no row
+for becomes ``lost``. A 2.x database that cannot be read proves nothing: those Runs are left as they are
+(``deferred:<state>``) for the next call. Never a bulk reset, never a signal; safe to call at every process
+start, and again later.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from legacy_adapters.timeconv import epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.jobs.recovery")
 PAGE = 64  # runs per page (ADR-0448)
+# Why a Run 2.x shows running was left open unproven: no process of 2.x is visible from here.
+PROCESSES_NOT_VISIBLE = "processes_not_visible"
 
 
 class RecoveryMetrics(Protocol):
@@ -50,6 +60,7 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
     ``pending`` holds the ends kept for a stop decision: those whose window is over are decided first.
     """
     probe = probe or ProcProbe()
+    judge_processes = probe.sees_legacy()  # once per call: the deployment does not change under it
     outcomes: Counter[str] = Counter({f"stop_decision:{kind}": n
                                       for kind, n in _decide_kept_ends(runs, reader, pending).items()})
     cursor: tuple[int, str] = (-1, "")
@@ -65,7 +76,7 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
                 continue
             if unavailable is None:
                 try:
-                    outcomes[_recover(run, runs, reader, probe)] += 1
+                    outcomes[_recover(run, runs, reader, probe if judge_processes else None)] += 1
                     continue
                 except (LegacyDatabaseError, sqlite3.Error) as exc:
                     unavailable = _state(reader, exc)
@@ -94,7 +105,8 @@ def _decide_kept_ends(runs: RunService, reader: LegacyReader, pending: PendingEn
     return total
 
 
-def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe: ProcProbe) -> str:
+def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe: ProcProbe | None) -> str:
+    """One Run against its 2.x row; ``probe`` None: 2.x's processes are not visible, so its row decides alone."""
     instance = instance_of(reader, run["legacy_cron_id"], run["legacy_pid"], run["log_ref"], run["started_at_ms"],
                            run["created_at_ms"])
     if instance is None:
@@ -106,13 +118,22 @@ def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe:
         return "cancelled"
     if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
         return _complete(runs, run, instance)
+    if probe is None:
+        if instance.status != InstanceStatus.RUNNING:  # a status 2.x never writes proves nothing either way
+            return _lost(runs, run, "process_unprovable")
+        _still_running(runs, run, {"evidence": "legacy_instance", "reason": PROCESSES_NOT_VISIBLE})
+        return "running:legacy_instance"
     alive = probe.same_process(run["legacy_pid"], ProcessHandle.from_json(run.get("executor_handle")))
     if alive:
-        runs.change(run["id"], lambda store, change: change.append(
-            EventType.RUN_RECONCILED, {"outcome": "running", "evidence": "process_identity"}),
-            actor=RECONCILER, command="reconcile", dedupe_key=None)
+        _still_running(runs, run, {"evidence": "process_identity"})
         return "running"
     return _lost(runs, run, "process_gone" if alive is False else "process_unprovable")
+
+
+def _still_running(runs: RunService, run: dict[str, Any], why: dict[str, str]) -> None:
+    """``run.reconciled``: the Run stays open, and the event says on what evidence (one per restart)."""
+    runs.change(run["id"], lambda store, change: change.append(EventType.RUN_RECONCILED, {"outcome": "running", **why}),
+                actor=RECONCILER, command="reconcile", dedupe_key=None)
 
 
 def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -> str:

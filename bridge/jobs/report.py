@@ -29,9 +29,10 @@ from bridge.domain.errors import BridgeError
 from bridge.domain.events import EventType
 from bridge.domain.keys import execution_key, import_key
 from bridge.domain.model import IMPORTED_MODE, Origin
-from bridge.service.reports import ReportReads, ReportSources
+from bridge.service.reports import MAX_KEYS, ReportReads, ReportSources
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
+from legacy_adapters.identity import instance_import_key
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
 from legacy_adapters.schema import InstanceStatus
@@ -194,12 +195,16 @@ class _Scan:
         if not batch:
             return
         keys = {i.id: _run_key(i, ms) for i, ms in batch}
-        # History brought in by `bridge import-legacy` is keyed by the instance id instead.
-        imported = {i.id: import_key(i.id) for i, _ in batch}
-        runs = self.queries.runs_by_keys([k for k in keys.values() if k is not None] + list(imported.values()))
+        # History brought in by `bridge import-legacy` is keyed by the execution (or, by earlier imports, the row).
+        imported = {i.id: (instance_import_key(i), import_key(i.id)) for i, _ in batch}
+        wanted = [k for k in keys.values() if k is not None] + sorted({k for pair in imported.values() for k in pair})
+        runs: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(wanted), MAX_KEYS):  # up to three keys a row: more than one lookup takes
+            runs.update(self.queries.runs_by_keys(wanted[start:start + MAX_KEYS]))
         for instance, started_ms in batch:
             key = keys[instance.id]
-            run = (runs.get(key) if key is not None else None) or runs.get(imported[instance.id])
+            run = ((runs.get(key) if key is not None else None) or runs.get(imported[instance.id][0])
+                   or runs.get(imported[instance.id][1]))
             if run is not None and run.get("mode") == IMPORTED_MODE:
                 self.excluded += 1
                 self.tally.fig(run.get("origin")).legacy_import_excluded += 1
@@ -315,6 +320,14 @@ def _store_figures(queries: ReportReads, tally: _Tally, window: Window, threshol
         if room > 0:
             f.examples += [example(r, window.zone) for r in queries.open_mismatch_examples(
                 origin, kind, min(EXAMPLES_PER_KIND, room))]
+    for (origin, kind, expired), n in sorted(queries.closed_mismatch_counts(window.start_ms, window.end_ms).items(),
+                                             key=lambda i: (i[0][0] or "", i[0][1], i[0][2] or "")):
+        f = tally.fig(origin)
+        if expired is None:
+            _add(f.resolved_mismatches_by_kind, kind, n)
+        else:
+            _add(f.expired_mismatches_by_kind, kind, n)
+            _add(f.expired_mismatches_by_reason, expired, n)
     for f in tally.figures.values():
         f.duplicates = f.open_mismatches_by_kind.get("duplicate", 0)
         f.stuck_runs = f.open_mismatches_by_kind.get("stuck", 0)
@@ -324,6 +337,10 @@ def _store_figures(queries: ReportReads, tally: _Tally, window: Window, threshol
         tally.fig(origin).runs_created += n
     for origin, n in queries.shadow_write_failures(window.start_ms, window.end_ms).items():
         tally.fig(origin).shadow_write_failures += n
+
+
+def _add(counts: dict[str, int], key: str, n: int) -> None:
+    counts[key] = counts.get(key, 0) + n
 
 
 def _entry(origin: str, tally: _Tally, thresholds: GateThresholds, window: Window, mode: str | None,
@@ -344,7 +361,9 @@ def _standard_notes(excluded: int) -> list[str]:
         "An instance without a shadow Run is attributed by its schedule only: manual and boot runs without a "
         "Run count under scheduled_* or script.",
         "subscription and system executions carry no cron ID and send no status callback: not observable.",
-        "Open mismatch counts, duplicates and stuck runs are the reconciler's open rows at report time.",
+        "Open mismatch counts, duplicates and stuck runs are the reconciler's open rows at report time; only "
+        "open mismatches reach the gates. Resolved and expired ones are those closed inside the window: resolved "
+        "when a pass judged them again and found agreement, expired when no pass can judge them any more.",
         "shadow_write_failures counts compat.shadow_write_failed events; failures that left no Run appear only "
         "in the ql_bridge_shadow_write_failed_total metric.",
     ]

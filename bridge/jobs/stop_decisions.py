@@ -25,6 +25,7 @@ decider thread in ``bridge serve``, startup recovery and another replica may all
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -45,10 +46,11 @@ from bridge.service.shadow import (
 )
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
-from legacy_adapters.identity import instance_execution_key
+from legacy_adapters.identity import instance_execution_key, speaking_row
 from legacy_adapters.reader import LegacyInstance, LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
+from projections.reconcile import instance_defects
 
 log = logging.getLogger("bridge.stops")
 RECONCILER = Actor(ActorType.RECONCILER)  # the actor of every change the jobs make (reconcile, recovery, stops)
@@ -71,13 +73,14 @@ def instance_of(reader: LegacyReader, cron_id: int, pid: int | None, log_ref: st
 
     Looked up among the rows 2.x inserted around ``near_ms`` (when the shadow Run was created, just after 2.x
     answered the start callback), never among a cron's newest rows only: the cron may have run any number of
-    times since. Duplicate start callbacks give 2.x duplicate rows, and its end closes them all; a row 2.x has
-    closed is the better evidence.
+    times since. Replayed start callbacks give 2.x more than one row: the one that speaks is chosen by
+    ``legacy_adapters.identity.speaking_row``, as the reconciler and the import choose it.
     """
     found = [instance for instance in reader.instances_inserted_near(cron_id, pid, near_ms)
              if log_path_digest(instance.log_path) == log_ref and _started_ms(instance) == started_at_ms]
-    closed = [instance for instance in found if instance.status != InstanceStatus.RUNNING]
-    return (closed or found or [None])[0]
+    if not found:
+        return None
+    return speaking_row(found, {instance.id for instance in found if instance_defects(instance, math.inf)})
 
 
 def legacy_stop_code(reader: LegacyReader, instance: LegacyInstance) -> ErrorCode:

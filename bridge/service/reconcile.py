@@ -9,7 +9,7 @@ the store propagates as the driver's exception, untranslated; the reconciler rec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -47,8 +47,23 @@ class ReconcilerMismatches(Protocol):
         """(id, kind, cron id, dedupe key) of every open reconciler mismatch: what a pass may close."""
         ...
 
-    def resolve_unseen(self, mismatch_ids: Sequence[int], since_ms: int, at_ms: int) -> int:
-        """Close those of ``mismatch_ids`` not seen again since ``since_ms`` (never deleted); returns how many."""
+    def resolve_unseen(self, mismatch_ids: Sequence[int], since_ms: int, at_ms: int, pass_id: int) -> int:
+        """Close those of ``mismatch_ids`` not seen again since ``since_ms`` as resolved by pass ``pass_id``
+        (never deleted); returns how many."""
+        ...
+
+    def expire_unseen(self, reasons: Mapping[int, str], since_ms: int, at_ms: int, pass_id: int) -> int:
+        """Close each mismatch of ``reasons`` not seen again since ``since_ms`` as expired, with its reason, by pass
+        ``pass_id`` (never deleted); returns how many."""
+        ...
+
+    def expire_callback_mismatches(self, before_ms: int, at_ms: int, pass_id: int, reason: str) -> int:
+        """Close as expired with ``reason`` every open ``compat.*`` callback mismatch last seen before
+        ``before_ms``; returns how many."""
+        ...
+
+    def runs_created_before(self, run_ids: Sequence[str], before_ms: int) -> set[str]:
+        """Those of ``run_ids`` whose Run was created before ``before_ms``."""
         ...
 
 

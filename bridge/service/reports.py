@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 from bridge.service.seam import OriginCoverage
 
+MAX_KEYS = 1000  # keys one ``runs_by_keys`` lookup takes (one IN list): callers send batches of at most this many
+
 
 class ReportReads(Protocol):
     """Read-only figures behind ``bridge report``: grouped counts, key batches and keyset pages, never a whole
@@ -20,7 +22,7 @@ class ReportReads(Protocol):
 
     def runs_by_keys(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Shadow Runs for a batch of idempotency keys, by key (with their latest Attempt's exit code).
-        Raises ValueError for a batch larger than one lookup takes (report_queries.MAX_KEYS)."""
+        Raises ValueError for a batch larger than one lookup takes (MAX_KEYS)."""
         ...
 
     def runs_created_by_origin(self, since_ms: int, until_ms: int) -> dict[str | None, int]:
@@ -29,6 +31,10 @@ class ReportReads(Protocol):
 
     def open_mismatch_counts(self) -> dict[tuple[str | None, str], int]:
         """Open mismatches per (origin, kind)."""
+        ...
+
+    def closed_mismatch_counts(self, since_ms: int, until_ms: int) -> dict[tuple[str | None, str, str | None], int]:
+        """Mismatches closed in the window per (origin, kind, expired reason): None for resolved ones."""
         ...
 
     def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[dict[str, Any]]:

@@ -111,12 +111,13 @@ class InMemoryRunStore:
         row = self._s.mismatches.get(record.dedupe_key)
         if row is not None:
             row.update(last_seen_ms=record.seen_at_ms, occurrences=int(row["occurrences"]) + 1,  # type: ignore[call-overload]
-                       resolved_at_ms=None)
+                       resolved_at_ms=None, expired_reason=None, closed_by_pass=None)
             return False
         self._s.mismatches[record.dedupe_key] = {
             "kind": record.kind, "origin": record.origin, "legacy_cron_id": record.legacy_cron_id,
             "run_id": record.run_id, "first_seen_ms": record.seen_at_ms, "last_seen_ms": record.seen_at_ms,
-            "occurrences": 1, "diff": dict(record.diff), "resolved_at_ms": None}
+            "occurrences": 1, "diff": dict(record.diff), "resolved_at_ms": None,
+            "expired_reason": None, "closed_by_pass": None}
         return True
 
 

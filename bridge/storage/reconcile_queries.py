@@ -4,7 +4,7 @@ pass history and the singleton lease (PostgreSQL advisory lock, or a lease row o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, sele
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from bridge.domain.events import CALLBACK_MISMATCH_KINDS
 from bridge.domain.model import IMPORTED_MODE, RUN_TERMINAL
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.schema import (
@@ -165,9 +166,42 @@ class SqlReconcileStore:
         with self.read() as conn:
             return [(row.id, row.kind, row.legacy_cron_id, row.dedupe_key) for row in conn.execute(stmt)]
 
-    def resolve_unseen(self, mismatch_ids: Sequence[int], since_ms: int, at_ms: int) -> int:
+    def resolve_unseen(self, mismatch_ids: Sequence[int], since_ms: int, at_ms: int, pass_id: int) -> int:
         """Close the mismatches a pass judged again without finding them again since ``since_ms`` (never
         deleted); any other mismatch stays open."""
+        return self._close(mismatch_ids, since_ms, {"resolved_at_ms": at_ms, "closed_by_pass": pass_id})
+
+    def expire_unseen(self, reasons: Mapping[int, str], since_ms: int, at_ms: int, pass_id: int) -> int:
+        """Close each mismatch the pass can no longer judge, and did not find again since ``since_ms``, as expired
+        with its reason (never deleted)."""
+        by_reason: dict[str, list[int]] = {}
+        for mismatch_id, reason in sorted(reasons.items()):
+            by_reason.setdefault(reason, []).append(mismatch_id)
+        return sum(self._close(ids, since_ms, {"resolved_at_ms": at_ms, "expired_reason": reason,
+                                               "closed_by_pass": pass_id}) for reason, ids in by_reason.items())
+
+    def expire_callback_mismatches(self, before_ms: int, at_ms: int, pass_id: int, reason: str) -> int:
+        """A callback the bridge could not place is judged once, when it arrives: expired with ``reason`` once
+        last seen before ``before_ms`` (the lookback), never deleted."""
+        t = mismatches_table
+        with self.engine.begin() as conn:
+            return conn.execute(update(t).where(t.c.kind.in_(CALLBACK_MISMATCH_KINDS), t.c.resolved_at_ms.is_(None),
+                                                t.c.last_seen_ms < before_ms)
+                                .values(resolved_at_ms=at_ms, expired_reason=reason,
+                                        closed_by_pass=pass_id)).rowcount
+
+    def runs_created_before(self, run_ids: Sequence[str], before_ms: int) -> set[str]:
+        r = runs_table
+        found: set[str] = set()
+        with self.read() as conn:
+            for start in range(0, len(run_ids), _RESOLVE_CHUNK):
+                chunk = list(run_ids[start:start + _RESOLVE_CHUNK])
+                found.update(row[0] for row in conn.execute(select(r.c.id).where(r.c.id.in_(chunk),
+                                                                                 r.c.created_at_ms < before_ms)))
+        return found
+
+    def _close(self, mismatch_ids: Sequence[int], since_ms: int, values: dict[str, Any]) -> int:
+        """Close open reconciler mismatches of ``mismatch_ids`` not seen since ``since_ms``, in chunks."""
         t = mismatches_table
         closed = 0
         with self.engine.begin() as conn:
@@ -175,7 +209,7 @@ class SqlReconcileStore:
                 chunk = list(mismatch_ids[start:start + _RESOLVE_CHUNK])
                 closed += conn.execute(update(t).where(t.c.id.in_(chunk), t.c.resolved_at_ms.is_(None),
                                                        t.c.kind.in_(RECONCILER_KINDS), t.c.last_seen_ms < since_ms)
-                                       .values(resolved_at_ms=at_ms)).rowcount
+                                       .values(**values)).rowcount
         return closed
 
     def open_mismatches(self, kind: str | None = None) -> list[dict[str, Any]]:

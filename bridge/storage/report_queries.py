@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.events import CALLBACK_MISMATCH_KINDS, EventType
 from bridge.domain.model import IMPORTED_MODE
+from bridge.service.reports import MAX_KEYS
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import translate_operational_error
 from bridge.storage.schema import (
@@ -30,7 +31,6 @@ from bridge.storage.schema import (
 PROJECT_ID = "default"  # shadow Runs live in the default project (bridge/service/shadow.py)
 SHADOW_WRITE_FAILED = EventType.COMPAT_SHADOW_WRITE_FAILED.value
 DAY_MS = 86_400_000
-MAX_KEYS = 1000  # one IN list; callers send batches of at most this many keys
 
 
 class ReportQueries:
@@ -78,6 +78,15 @@ class ReportQueries:
                 .group_by(t.c.origin, t.c.kind))
         with self._read() as conn:
             return {(origin, kind): int(n) for origin, kind, n in conn.execute(stmt)}
+
+    def closed_mismatch_counts(self, since_ms: int, until_ms: int) -> dict[tuple[str | None, str, str | None], int]:
+        """Mismatches closed in the window per (origin, kind, expired reason): None for resolved ones."""
+        t = mismatches_table
+        stmt = (select(t.c.origin, t.c.kind, t.c.expired_reason, func.count())
+                .where(t.c.resolved_at_ms >= since_ms, t.c.resolved_at_ms <= until_ms)
+                .group_by(t.c.origin, t.c.kind, t.c.expired_reason))
+        with self._read() as conn:
+            return {(origin, kind, reason): int(n) for origin, kind, reason, n in conn.execute(stmt)}
 
     def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` open mismatches of one (origin, kind), newest first."""

@@ -415,7 +415,8 @@ class SqlRunStore:
         t = mismatches_table
         bumped = self._conn.execute(
             update(t).where(t.c.dedupe_key == record.dedupe_key)
-            .values(last_seen_ms=record.seen_at_ms, occurrences=t.c.occurrences + 1, resolved_at_ms=None)
+            .values(last_seen_ms=record.seen_at_ms, occurrences=t.c.occurrences + 1, resolved_at_ms=None,
+                    expired_reason=None, closed_by_pass=None)
         ).rowcount
         if bumped:
             return False

@@ -51,7 +51,7 @@ Ms = BigInteger  # UTC milliseconds or a duration in milliseconds; never seconds
 
 class ExitCode(TypeDecorator[Any]):
     """An exit code as 2.x keeps it: any safe JS number Joi lets through, fractions included (0.5 is a failure
-    2.x stores as 0.5). PostgreSQL: DOUBLE PRECISION, exact for every integer up to 2**53 (revision 0013);
+    2.x stores as 0.5). PostgreSQL: DOUBLE PRECISION, exact for every integer up to 2**53 (revision 0014);
     SQLite: INTEGER, whose affinity keeps a fraction as REAL. Read back, a whole number is an int again."""
 
     impl = BigInteger
@@ -316,7 +316,9 @@ task_snapshots_table = Table(
 )
 
 # Disagreements between 2.x and the shadow facts, and callbacks the bridge could not place. Closed by
-# setting resolved_at_ms, never deleted; dedupe_key makes "seen again" update the same row.
+# setting resolved_at_ms, never deleted; dedupe_key makes "seen again" update the same row (and open it again).
+# A closed row with an expired_reason expired (no pass could judge it any more); without one it was resolved.
+# closed_by_pass: the reconcile pass that closed it (revision 0013).
 mismatches_table = Table(
     "mismatches", metadata,
     Column("id", AutoId, primary_key=True, autoincrement=True),
@@ -330,6 +332,8 @@ mismatches_table = Table(
     Column("occurrences", Integer, nullable=False, server_default="1"),
     Column("diff", Text, nullable=False),
     Column("resolved_at_ms", Ms),
+    Column("expired_reason", String(32)),
+    Column("closed_by_pass", BigInteger),
     UniqueConstraint("dedupe_key"),
     Index("ix_mismatches_kind_resolved", "kind", "resolved_at_ms"),
     Index("ix_mismatches_origin_first_seen", "origin", "first_seen_ms"),

@@ -26,7 +26,7 @@ from bridge.storage.report_queries import ReportQueries
 from bridge.storage.runs import SqlRunStore
 from bridge.storage.schema import bridge_settings_table, run_events_table, runs_table, task_snapshots_table
 from legacy_adapters.callbacks import log_path_digest
-from legacy_adapters.identity import task_revision
+from legacy_adapters.identity import instance_import_key, task_revision
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
@@ -43,6 +43,13 @@ def quiet() -> Console:
 
 def do_import(env: ImportEnv, **kw: Any) -> ImportSummary:
     return run_legacy_import(env.settings, console=quiet(), **kw)
+
+
+def imported_run(env: ImportEnv, instance_id: int) -> dict[str, Any]:
+    """The Run imported for the execution of 2.x's row ``instance_id`` (its key names the execution)."""
+    instance = next(iter(LegacyReader(env.data.database_path).iter_instances(after_id=instance_id - 1, batch_size=1)))
+    assert instance.id == instance_id
+    return env.run(instance_import_key(instance))
 
 
 def payloads(env: ImportEnv, run_id: str) -> list[dict[str, Any]]:
@@ -94,7 +101,9 @@ def test_statuses_and_times_are_mapped_to_terminal_runs_in_milliseconds(env: Imp
     }
     revision = task_revision(LegacyReader(env.data.database_path).get_cron(cron))  # type: ignore[arg-type]
     for instance_id, (status, started, finished, duration, exit_code, error) in expected.items():
-        run = env.run(f"legacy-import:{instance_id}")
+        run = imported_run(env, instance_id)
+        assert run["idempotency_key"] == f"legacy-import:{run['legacy_cron_id']}:{run['legacy_pid']}:" \
+            f"{run['log_ref']}:{started}"
         (attempt,) = env.attempts(run["id"])
         assert (run["status"], run["started_at_ms"], run["finished_at_ms"], run["duration_ms"], run["error_code"]) \
             == (status, started, finished, duration, error)
@@ -128,7 +137,7 @@ def test_boot_reset_rows_become_cancelled_with_finish_time_unknown(env: ImportEn
     cron = env.data.add_cron("job", "task job.sh", "0 * * * *")
     (boot_reset,) = add_instances(env.data, [Instance(cron, STOPPED, BEGIN_S + 1)])  # no finished_at, no exit_code
     do_import(env)
-    run = env.run(f"legacy-import:{boot_reset}")
+    run = imported_run(env, boot_reset)
     (attempt,) = env.attempts(run["id"])
     assert (run["status"], run["error_code"], run["finished_at_ms"], run["duration_ms"]) == (
         "cancelled", "finish_time_unknown", None, None)
@@ -383,6 +392,71 @@ def test_imported_history_stays_out_of_reconciliation_and_reports(env: ImportEnv
     assert store.duplicate_groups(0, 100) == []
     assert store.active_legacy_runs((-1, ""), 100) == []
     assert ReportQueries(env.engine).runs_created_by_origin(0, 2**62) == {}
+
+
+def replayed_history(env: ImportEnv) -> None:
+    """An execution 2.x recorded three times (replayed start callbacks), then another execution."""
+    cron = env.data.add_cron("job", "task job.sh", "0 * * * *")
+    same = {"pid": 301, "log_path": "job_1/r.log"}
+    add_instances(env.data, [
+        Instance(cron, ERROR, BEGIN_S + 1, BEGIN_S + 9, 4, **same),  # the execution, closed by its own end
+        Instance(cron, ERROR, BEGIN_S + 1, BEGIN_S + 9, 4, **same),  # a replayed start, closed by the same end
+        Instance(cron, STOPPED, BEGIN_S + 1, None, None, **same),  # replayed after the end, stopped at 2.x's boot
+        Instance(cron, FINISHED, BEGIN_S + 61, BEGIN_S + 62, 0, pid=302, log_path="job_1/s.log"),
+    ])
+
+
+def imported_runs(env: ImportEnv) -> list[tuple[str, int | None, int | None, list[int | None]]]:
+    runs = sorted(env.runs(), key=lambda r: r["started_at_ms"])
+    return [(r["status"], r["legacy_pid"], r["finished_at_ms"], [a["exit_code"] for a in env.attempts(r["id"])])
+            for r in runs]
+
+
+ONE_RUN_PER_EXECUTION = [("failed", 301, (BEGIN_S + 9) * 1000, [4]), ("succeeded", 302, (BEGIN_S + 62) * 1000, [0])]
+
+
+def test_an_execution_2x_recorded_three_times_is_one_run_from_the_row_its_own_end_closed(env: ImportEnv) -> None:
+    replayed_history(env)
+
+    summary = do_import(env)
+
+    assert (summary.scanned, summary.imported, summary.replayed, summary.skipped) == (4, 2, 2, 0)
+    assert imported_runs(env) == ONE_RUN_PER_EXECUTION
+    again = do_import(env, resume=False)  # a rescan finds the execution's Run from any of its rows
+    assert (again.imported, again.replayed, again.skipped) == (0, 2, 2)
+
+
+def test_rows_of_one_execution_in_two_batches_still_make_one_run(env: ImportEnv) -> None:
+    replayed_history(env)
+
+    summary = do_import(env, batch_size=2)  # the first batch, holding the execution's first rows, decides
+
+    assert (summary.scanned, summary.imported, summary.replayed, summary.skipped) == (4, 2, 1, 1)
+    assert imported_runs(env) == ONE_RUN_PER_EXECUTION
+
+
+def test_the_reconciler_and_the_report_leave_every_row_of_an_imported_execution_alone(env: ImportEnv) -> None:
+    from zoneinfo import ZoneInfo
+
+    from bridge.bootstrap import report_sources
+    from bridge.demo import ALL_ORIGINS
+    from bridge.jobs.reconcile import Reconciler, ReconcileSettings
+    from bridge.jobs.report import build_report
+    from bridge.metrics import BridgeMetrics
+    from bridge.service.ports import StaticModes
+    from bridge.storage.pending_ends import SqlPendingEnds
+
+    replayed_history(env)
+    do_import(env, batch_size=2)
+    reconciler = Reconciler(
+        SqlReconcileStore(env.engine), RunService(env.backend.uow, clock=SystemClock()),  # type: ignore[arg-type]
+        LegacyReader(env.data.database_path), StaticModes(frozenset(ALL_ORIGINS.split(","))), BridgeMetrics(),
+        SystemClock(), kept_ends=SqlPendingEnds(env.engine), scheduler_mode="node", tz=ZoneInfo("UTC"),
+        settings=ReconcileSettings(grace_s=0, lookback_s=366 * 86_400))
+    assert reconciler.run_once().stats["findings"] == 0
+    report = build_report(env.settings, report_sources(env.engine), LegacyReader(env.data.database_path),
+                          since_ms=(BEGIN_S - 60) * 1000, until_ms=(BEGIN_S + 3600) * 1000)
+    assert sum(o["figures"]["legacy_import_excluded"] for o in report["origins"]) == 4
 
 
 def test_the_summary_prints_as_a_table(env: ImportEnv) -> None:

@@ -27,6 +27,7 @@ from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import mismatches_table, run_attempts_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
+from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
@@ -232,11 +233,18 @@ def test_only_one_reconciler_runs_at_a_time(world: World) -> None:
     assert world.reconciler.run_once().result == "ok"
 
 
+class InLegacyNamespace(ProcProbe):
+    """This machine's /proc, read as in 2.x's pid namespace (no 2.x backend runs here to be seen)."""
+
+    def sees_legacy(self) -> bool:
+        return True
+
+
 def recover(world: World) -> dict[str, int]:
     from bridge.jobs.recovery import recover_on_startup
 
     return dict(recover_on_startup(world.store, world.runs, LegacyReader(world.data.database_path),
-                                   SqlPendingEnds(world.store.engine)))
+                                   SqlPendingEnds(world.store.engine), InLegacyNamespace()))
 
 
 def status_of(world: World, c: int, pid: int, log: str) -> tuple[str, str]:

@@ -1,6 +1,7 @@
-"""A mismatch closes only when a pass judged its subject again and found agreement: an execution left in
-flight by a longer grace, a cron too recent to compare, a Run outside the window or a duplicate group the
-pass did not read is a fact still standing, not an agreement."""
+"""A mismatch closes as resolved only when a pass judged its subject again and found agreement: an execution
+left in flight by a longer grace, a cron too recent to compare or a duplicate group the pass did not read is a
+fact still standing, not an agreement. (A subject no pass can judge any more, such as one outside the lookback,
+is closed as expired instead: tests/integration/test_mismatch_expiry.py.)"""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ world = world_of_test_reconciler  # the same 2.x double, shadow store and reconc
 
 INVALID = "invalid_legacy_value"
 IN_FLIGHT = UNJUDGED_GRACE_S
-NOTHING_IN_WINDOW = 0  # a lookback of 0 s: no instance, Run or cron of the scenario is read
 
 
 def reconcile_with(world: World, **settings: int) -> list[tuple[str, int | None]]:
@@ -29,7 +29,9 @@ def reconcile_with(world: World, **settings: int) -> list[tuple[str, int | None]
 
 
 def resolved(world: World, kind: str) -> list[bool]:
-    return [m["resolved_at_ms"] is not None for m in world.all_mismatches() if m["kind"] == kind]
+    """Each mismatch of ``kind``: closed as resolved (an expired one is closed, but not resolved)."""
+    return [m["resolved_at_ms"] is not None and m["expired_reason"] is None for m in world.all_mismatches()
+            if m["kind"] == kind]
 
 
 def test_a_pass_with_a_longer_grace_leaves_open_the_execution_it_did_not_judge(world: World) -> None:
@@ -41,7 +43,6 @@ def test_a_pass_with_a_longer_grace_leaves_open_the_execution_it_did_not_judge(w
     assert reconcile_with(world, grace_s=IN_FLIGHT) == [("finish_time", c)]  # not judged: still a fact
     world.legacy("UPDATE RunningInstances SET finished_at = finished_at - 30 WHERE cron_id = ?", (c,))
     assert reconcile_with(world, grace_s=IN_FLIGHT) == [("finish_time", c)]  # repaired, but not judged yet
-    assert reconcile_with(world, lookback_s=NOTHING_IN_WINDOW) == [("finish_time", c)]
     assert reconcile_with(world) == []  # judged again, and 2.x's row agrees now
     assert resolved(world, "finish_time") == [True]  # the same row, closed
 
@@ -64,7 +65,6 @@ def test_cron_level_mismatches_stay_open_until_the_cron_is_compared_again(world:
     assert reconcile_with(world) == [("active_state", c)]
     assert reconcile_with(world, grace_s=IN_FLIGHT) == [("active_state", c)]  # last execution too recent
     world.direct(render_status_body(c, 1, 63, "real.log", BEGIN, 3, 0))
-    assert reconcile_with(world, lookback_s=NOTHING_IN_WINDOW) == [("active_state", c)]  # the cron is not read
     assert reconcile_with(world) == []
     assert resolved(world, "active_state") == [True]
 
@@ -76,7 +76,6 @@ def test_an_invalid_crontabs_value_stays_open_until_the_cron_is_read_again(world
     world.legacy("UPDATE Crontabs SET last_execution_time = -5 WHERE id = ?", (c,))
     assert reconcile_with(world) == [(INVALID, c)]
     world.legacy("UPDATE Crontabs SET last_execution_time = ? WHERE id = ?", (BEGIN, c))
-    assert reconcile_with(world, lookback_s=NOTHING_IN_WINDOW) == [(INVALID, c)]
     assert reconcile_with(world) == []
 
 
@@ -88,7 +87,6 @@ def test_an_orphan_stays_open_until_an_instance_matches_its_run(world: World) ->
     # The Run was created a moment ago: inside a two-hour grace it is neither an orphan nor judged.
     assert reconcile_with(world, grace_s=IN_FLIGHT) == [("active_state", c), ("orphan", c)]
     world.direct(start(c, 65, "o.log"))
-    assert reconcile_with(world, lookback_s=NOTHING_IN_WINDOW) == [("active_state", c), ("orphan", c)]
     assert reconcile_with(world) == []
     assert resolved(world, "orphan") == [True]
 

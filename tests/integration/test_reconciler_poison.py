@@ -197,7 +197,7 @@ def test_a_failed_pass_records_the_bridge_code_of_a_store_error(world: World,
 
 def test_a_failure_after_the_scan_is_recorded_as_a_failed_pass(world: World,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    def gone(mismatch_ids: object, since_ms: int, at_ms: int) -> int:
+    def gone(mismatch_ids: object, since_ms: int, at_ms: int, pass_id: int) -> int:
         raise ConnectionResetError("peer reset while closing mismatches")
 
     monkeypatch.setattr(world.store, "resolve_unseen", gone)

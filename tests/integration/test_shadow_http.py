@@ -116,7 +116,8 @@ def test_exit_codes_follow_2xs_rule_and_are_kept_as_2x_keeps_them(live: LiveBrid
     for sent, kept, status in EXIT_CODES:
         cron = new_cron(live)
         put_status(live, render_status_body(cron, 0, 71, "job/x.log", HOUR + 1))
-        body = render_status_body(cron, 1, 71, "job/x.log", HOUR + 1, 2).replace(b"}", f',"exit_code":{sent}}}'.encode())
+        with_exit = f',"exit_code":{sent}}}'.encode()
+        body = render_status_body(cron, 1, 71, "job/x.log", HOUR + 1, 2).replace(b"}", with_exit)
         assert put_status(live, body).status_code == 200, sent
         (instance,) = live.data.instance_rows(cron)
         (run,) = runs_of(live, cron)

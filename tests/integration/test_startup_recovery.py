@@ -6,9 +6,13 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from contextlib import closing
+from pathlib import Path
+
+import pytest
 
 from bridge.jobs.recovery import recover_on_startup
 from bridge.storage.pending_ends import SqlPendingEnds
+from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from tests.integration import legacy_world
@@ -18,9 +22,9 @@ from tests.legacy.conftest import StatementLog
 world = legacy_world.world  # the fixture
 
 
-def recover(world: World, reader: LegacyReader | None = None) -> dict[str, int]:
+def recover(world: World, reader: LegacyReader | None = None, probe: ProcProbe | None = None) -> dict[str, int]:
     return dict(recover_on_startup(world.store, world.runs, reader or LegacyReader(world.data.database_path),
-                                   SqlPendingEnds(world.store.engine)))
+                                   SqlPendingEnds(world.store.engine), probe))
 
 
 def newer_executions(world: World, cron: int, count: int = 10) -> None:
@@ -126,3 +130,89 @@ def test_recovery_deferred_by_a_hot_journal_is_run_again_by_the_reconcile_job_on
     row = world.run_row(cron, 64, "deferred.log")
     assert row is not None and row["status"] == "succeeded"
     assert passes == ["pass", "pass"]
+
+
+# -- which evidence decides: where the bridge sees none of 2.x's processes, 2.x's instance row ------------------
+
+
+def proc_root(root: Path, *, legacy_visible: bool) -> ProcProbe:
+    """A /proc with a boot id and a bash at every pid these tests use (a pid namespace of its own reuses pids),
+    and, where 2.x's pid namespace is shared, 2.x's Node backend."""
+    (root / "sys/kernel/random").mkdir(parents=True)
+    (root / "sys/kernel/random/boot_id").write_text("0f4c2a55-9d1e-4d7b-8a55-3d9d2f6f1a01\n")
+    for pid in (71, 72):
+        (root / str(pid)).mkdir()
+        (root / str(pid) / "stat").write_text(f"{pid} (bash) S 1 {pid} {pid} 0 -1 0 " + "0 " * 12 + "555 0\n")
+        (root / str(pid) / "cmdline").write_bytes(b"bash\0")
+    if legacy_visible:
+        (root / "9").mkdir()
+        (root / "9" / "cmdline").write_bytes(b"node\0/ql/static/build/app.js\0")
+        (root / "9" / "environ").write_bytes(b"BACK_PORT=5701\0")
+    return ProcProbe(root)
+
+
+ROW_OUTCOMES = [  # what 2.x's row shows at the restart -> the outcome, the Run's status and exit code
+    ("running", "running:legacy_instance", "running", None),
+    ("finished", "completed", "succeeded", 0),
+    ("error", "completed", "failed", 5),
+    ("stopped", "cancelled", "cancelled", None),
+    ("no row", "lost:no_legacy_instance", "lost", None),
+]
+
+
+@pytest.mark.parametrize(("legacy_row", "outcome", "status", "exit_code"), ROW_OUTCOMES,
+                         ids=[row[0] for row in ROW_OUTCOMES])
+def test_where_2xs_processes_are_not_visible_2xs_instance_row_decides(
+        world: World, tmp_path: Path, legacy_row: str, outcome: str, status: str, exit_code: int | None) -> None:
+    cron = world.data.add_cron(f"hidden {legacy_row}", "task hidden.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 71, "hidden.log")) == 200
+    if legacy_row in ("finished", "error"):  # the bridge was down for the end
+        assert world.direct(end(cron, 71, "hidden.log", exit_code=0 if legacy_row == "finished" else 5)) == 200
+    elif legacy_row == "stopped":
+        assert world.direct(f"[{cron}]".encode(), "/open/crons/stop") == 200
+    elif legacy_row == "no row":
+        world.legacy("DELETE FROM RunningInstances WHERE cron_id = ?", (cron,))
+
+    assert recover(world, probe=proc_root(tmp_path / "proc", legacy_visible=False)) == {outcome: 1}
+
+    row = world.run_row(cron, 71, "hidden.log")
+    assert row is not None and (row["status"], row["exit_code"]) == (status, exit_code)
+
+
+def test_a_run_2x_shows_running_stays_open_with_an_event_saying_why_and_its_end_callback_closes_it(
+        world: World, tmp_path: Path) -> None:
+    cron = world.data.add_cron("restarted beside", "task beside.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 72, "beside.log")) == 200
+
+    assert recover(world, probe=proc_root(tmp_path / "proc", legacy_visible=False)) == {"running:legacy_instance": 1}
+
+    row = world.run_row(cron, 72, "beside.log")
+    assert row is not None
+    last = world.runs.list_events(row["id"]).events[-1]
+    assert (last.type, dict(last.payload)) == ("run.reconciled", {
+        "outcome": "running", "evidence": "legacy_instance", "reason": "processes_not_visible"})
+    assert world.via_bridge(end(cron, 72, "beside.log", exit_code=0)) == 200  # a second later
+    assert (world.run_row(cron, 72, "beside.log") or {}).get("status") == "succeeded"
+
+
+def test_where_2xs_processes_are_visible_a_shell_that_cannot_be_proven_alive_is_still_lost(
+        world: World, tmp_path: Path) -> None:
+    cron = world.data.add_cron("same namespace", "task same.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 71, "same.log")) == 200  # 2.x's row says running
+
+    assert recover(world, probe=proc_root(tmp_path / "proc", legacy_visible=True)) == {"lost:process_unprovable": 1}
+    assert (world.run_row(cron, 71, "same.log") or {}).get("status") == "lost"
+
+
+def test_of_an_execution_2x_recorded_twice_the_row_closed_by_its_own_end_speaks(world: World) -> None:
+    cron = world.data.add_cron("replayed", "task replayed.sh", "0 * * * *")
+    assert world.via_bridge(start(cron, 73, "twice.log")) == 200
+    assert world.direct(end(cron, 73, "twice.log", exit_code=4)) == 200  # the bridge was down for the end
+    assert world.direct(start(cron, 73, "twice.log")) == 200  # a replayed start: 2.x opens a second row
+    world.legacy("UPDATE RunningInstances SET status = 2 WHERE status = 0")  # 2.x's boot reset (initData)
+    assert [(i["status"], i["exit_code"]) for i in world.data.instance_rows(cron)] == [(3, 4), (2, None)]
+
+    assert recover(world) == {"completed": 1}
+
+    row = world.run_row(cron, 73, "twice.log")
+    assert row is not None and (row["status"], row["exit_code"]) == ("failed", 4)

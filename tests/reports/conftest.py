@@ -91,14 +91,17 @@ class Scenario:
         return {"pid": pid, "log_path": log_path, "run_id": run_id}
 
     def mismatch(self, kind: str, *, first_seen_ms: int, origin: str | None = "manual", resolved: bool = False,
-                 cron_id: int | None = None, run_id: str | None = None, diff: str = "{}") -> None:
+                 cron_id: int | None = None, run_id: str | None = None, diff: str = "{}",
+                 expired: str | None = None, closed_ms: int = NOW_MS) -> None:
+        """A mismatch row: open, closed as resolved (``resolved``) or as expired with a reason, at ``closed_ms``."""
         assert self.backend.engine is not None
+        closed = {"resolved_at_ms": closed_ms} if resolved or expired else {}
         with self.backend.engine.begin() as conn:
             conn.execute(insert(mismatches_table).values(
                 kind=kind, origin=origin, legacy_cron_id=cron_id, run_id=run_id,
                 dedupe_key=f"{kind}:{uuid.uuid4().hex}",
                 first_seen_ms=first_seen_ms, last_seen_ms=first_seen_ms, occurrences=1, diff=diff,
-                resolved_at_ms=NOW_MS if resolved else None))
+                **closed, **({"expired_reason": expired} if expired else {})))
 
     def mark_imported(self, run_id: str) -> None:
         assert self.backend.engine is not None

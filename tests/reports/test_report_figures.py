@@ -243,3 +243,31 @@ def test_times_are_also_given_in_2x_zone_from_the_settings_else_the_hosts(
     monkeypatch.setenv("TZ", "America/Sao_Paulo")  # bridge/config.py local_zone_name reads TZ first
     host = make_scenario(sql_backend, tmp_path / "b", legacy_tz=None).report()
     assert (host["time_zone"], host["window"]["end_local"]) == ("America/Sao_Paulo", "2026-12-02T10:00:00.000-03:00")
+
+
+def test_open_resolved_and_expired_mismatches_are_shown_apart_and_only_open_ones_reach_the_gates(
+        scenario: Scenario) -> None:
+    cron = scenario.cron()
+    matching_set(scenario, cron, 20)
+    before = SINCE_MS - 86_400_000
+    scenario.mismatch("stuck", first_seen_ms=before, cron_id=cron)  # open: the stale gate counts it
+    scenario.mismatch("duplicate", first_seen_ms=before, cron_id=cron, expired="past_lookback")
+    scenario.mismatch("stuck", first_seen_ms=before, cron_id=cron, expired="past_lookback")
+    scenario.mismatch("active_state", first_seen_ms=before, cron_id=cron, expired="cron_deleted")
+    scenario.mismatch("exit_code", first_seen_ms=before, cron_id=cron, resolved=True)
+    scenario.mismatch("exit_code", first_seen_ms=before, cron_id=cron, resolved=True, closed_ms=before)  # earlier
+    report = scenario.report()
+    manual = entry(report, "manual")
+    f = manual["figures"]
+
+    assert f["open_mismatches_by_kind"] == {"stuck": 1}
+    assert f["resolved_mismatches_by_kind"] == {"exit_code": 1}  # closed inside the window
+    assert f["expired_mismatches_by_kind"] == {"active_state": 1, "duplicate": 1, "stuck": 1}
+    assert f["expired_mismatches_by_reason"] == {"cron_deleted": 1, "past_lookback": 2}
+    assert (f["duplicates"], f["stuck_runs"], f["stale_mismatches"]) == (0, 1, 1)
+    assert [g["gate"] for g in manual["gates"] if not g["passed"]] == ["no_stale_mismatches"]
+    assert check_report(report) == []
+    html = render_html(report)
+    lifecycle = html[html.index('id="mismatch-lifecycle"'):]
+    assert '<td data-label="Open" class="num"><div>1</div>' in lifecycle
+    assert '<td data-label="Expired in window" class="num"><div>3 (cron_deleted 1, past_lookback 2)</div>' in lifecycle

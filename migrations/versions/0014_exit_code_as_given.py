@@ -4,8 +4,8 @@
 holds every integer up to 2**53 exactly, which is every integer Joi accepts. SQLite's INTEGER affinity already
 keeps a fraction as REAL, so there the revision changes nothing (no table copy).
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-05
 """
 
@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = '0013'
-down_revision = '0012'
+revision = '0014'
+down_revision = '0013'
 branch_labels = None
 depends_on = None
 
@@ -34,11 +34,11 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name != 'postgresql':
         return
-    for table, nullable in _COLUMNS:
+    for table, _nullable in _COLUMNS:
         fractions = op.get_bind().execute(
             sa.text(f'SELECT count(*) FROM {table} WHERE exit_code <> trunc(exit_code)')).scalar()
         if fractions:
-            raise RuntimeError(f'{fractions} {table} rows hold a fractional exit code; revision 0012 cannot store '
+            raise RuntimeError(f'{fractions} {table} rows hold a fractional exit code; revision 0013 cannot store '
                                'them, so the downgrade is refused and nothing was changed')
     for table, nullable in _COLUMNS:
         op.alter_column(table, 'exit_code', type_=sa.BigInteger(), existing_type=postgresql.DOUBLE_PRECISION(),
