@@ -9,6 +9,7 @@ from rich.console import Console
 from bridge.bootstrap import run_legacy_import
 from legacy_adapters.schema import InstanceStatus
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
+from tests.importer.test_import import imported_run
 
 
 def test_a_fractional_or_negative_exit_code_is_imported_as_given_and_fails_the_run(env: ImportEnv) -> None:
@@ -21,6 +22,6 @@ def test_a_fractional_or_negative_exit_code_is_imported_as_given_and_fails_the_r
 
     assert summary.imported == 3 and summary.skipped == 0
     for instance_id, (code, _pid) in zip(ids, rows, strict=True):
-        run = env.run(f"legacy-import:{instance_id}")
+        run = imported_run(env, instance_id)
         (attempt,) = env.attempts(run["id"])
         assert (run["status"], attempt["exit_code"], type(attempt["exit_code"])) == ("failed", code, type(code))
