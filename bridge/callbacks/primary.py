@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from bridge.callbacks.answers import OK_2X, LocalAnswer
+from bridge.callbacks.routes import SHELL_STATUS_PATH
 from bridge.domain.errors import BridgeError
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import Clock
@@ -22,7 +23,6 @@ from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.errors import LegacyAuthError
 
 log = logging.getLogger("bridge.callbacks.primary")
-SHELL_PATH = "/open/crons/status"
 
 
 class PrimaryAnswerer:
@@ -41,7 +41,7 @@ class PrimaryAnswerer:
         """Authorise like 2.x, then record; the shell gets {"code":200}, 2.x's 401, or a 2.x-shaped 500."""
         headers = headers or {}
         try:
-            self._auth.check_open_request(SHELL_PATH, headers.get("Authorization"), self._clock.now_ms() // 1000,
+            self._auth.check_open_request(SHELL_STATUS_PATH, headers.get("Authorization"), self._clock.now_ms() // 1000,
                                           user_agent=headers.get("User-Agent"))
         except LegacyAuthError as exc:
             return LocalAnswer(exc.legacy_status, exc.legacy_body)
