@@ -115,9 +115,8 @@ async def _2x_to_client(upstream: ClientConnection, send: Send) -> None:
             await send({"type": "websocket.send", **({"text": data} if isinstance(data, str) else {"bytes": data})})
     except ConnectionClosed:
         pass
-    close = upstream.close_rcvd
-    code = close.code if close is not None else 1000
-    await _close_client(send, 1000 if code in _UNSENDABLE_CLOSE else code, close.reason if close else "")
+    code = upstream.close_code or 1000  # what 2.x closed with (or what the relay sent, if the relay closed first)
+    await _close_client(send, 1000 if code in _UNSENDABLE_CLOSE else code, upstream.close_reason or "")
 
 
 async def _close_client(send: Send, code: int, reason: str = "") -> None:
