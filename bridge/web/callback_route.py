@@ -86,7 +86,7 @@ class CallbackRoute:
                         type(exc).__name__)
             await send_bad_gateway(send, exc)
             return
-        if prepared is not None:
+        if prepared is not None:  # (None: nothing to record, so no hop to the pool either)
             answer = answer_body(response, content) if route.answer_is_read else None
             await loop.run_in_executor(self._pool, self._after_forward, prepared, response.status_code, answer)
         await send_whole(send, response.status_code, downstream_headers(response.headers.raw), content)

@@ -15,7 +15,6 @@ then are the upstream client, the pools, the write lanes and the store closed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import signal
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import uvicorn
+import uvloop
 
 from bridge.config import Settings
 from bridge.logging_setup import configure_logging
@@ -48,7 +48,7 @@ def uvicorn_config(app: BridgeAsgi, settings: Settings) -> uvicorn.Config:
         ws="wsproto", ws_max_size=WEBSOCKET_MAX_MESSAGE_BYTES,
         ws_ping_interval=None,  # no idle timeout of the bridge's own: 2.x's SockJS heartbeat keeps the channel
         ws_per_message_deflate=False,  # 2.x's sockjs-node offers none either; it would cost CPU per message
-        lifespan="on", loop="asyncio", interface="asgi3",
+        lifespan="on", loop="uvloop", interface="asgi3",  # uvloop: the same asyncio API, less CPU per event
         timeout_keep_alive=settings.idle_timeout_s,  # an idle keep-alive connection is closed after this
         timeout_graceful_shutdown=settings.drain_timeout_s,
         limit_max_requests=None, backlog=2048,
@@ -105,7 +105,7 @@ def serve(settings: Settings, container_factory: ContainerFactory) -> None:
                      settings.listen_port, _without_userinfo(settings.legacy_url), settings.threads)
             await BridgeServer(uvicorn_config(app, settings), app).serve()
 
-        asyncio.run(run())
+        uvloop.run(run())
         log.info("stopped")
     finally:
         container.close()  # after the drain: in-flight forwards and shadow writes have finished

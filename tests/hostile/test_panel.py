@@ -139,16 +139,18 @@ def test_two_hundred_streams_and_a_hundred_websockets_leave_callbacks_health_and
     with panel_load(site) as sockets:
         threads_open = threads_of(pid)
         time.sleep(1.5)  # past the burst of opening them: what is measured is their being open
-        loaded = callback_latencies(site, 30)
+        loaded = callback_latencies(site, 50)
         alive = httpx.get(f"{site.url}/livez", timeout=5)
         sockets[0].send('["still echoing"]')
         echoed = sockets[0].recv(timeout=5)
+    # Quiet again afterwards: a shared machine's drift over the minute is then on both sides of the comparison.
+    quiet += callback_latencies(site, 30)
 
     assert alive.status_code == 200
     assert echoed == 'a["still echoing"]'
     assert threads_open <= threads_before + 2, (threads_before, threads_open)  # sockets, never threads
     # A floor of 20 ms keeps scheduler noise on a shared machine from deciding the comparison.
-    assert p99(loaded) < 2 * max(p99(quiet), 0.020), (p99(quiet), p99(loaded))
+    assert p99(loaded) < 2 * max(p99(quiet), 0.020), (p99(quiet), p99(loaded), sorted(loaded)[-5:])
     engine = site.store_engine()
     try:
         with engine.connect() as conn:
@@ -156,7 +158,7 @@ def test_two_hundred_streams_and_a_hundred_websockets_leave_callbacks_health_and
                                 .where(runs_table.c.status == "succeeded")).scalar()
     finally:
         engine.dispose()
-    assert runs == 70  # every execution of the warm-up, quiet and loaded blocks has its facts
+    assert runs == 120  # every execution of the warm-up, quiet and loaded blocks has its facts
 
 
 def test_a_stopping_bridge_closes_websockets_with_1001_and_ends_streams(site: Site) -> None:

@@ -7,6 +7,7 @@ answering callbacks, the panel or its health check.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -29,8 +30,9 @@ MIB = 1024 * 1024
 
 
 def p99(samples: list[float]) -> float:
+    """Nearest rank: the smallest sample at or above 99 % of them (the largest of fewer than 100)."""
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
 def callback_latencies(site: Site, executions: int) -> list[float]:

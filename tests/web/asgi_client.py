@@ -1,9 +1,9 @@
 """A test client for the bridge's ASGI app, shaped like Flask's, so the web tests drive the real front door.
 
 Each call builds the ASGI scope a server would (method, raw target, headers, body in one message), runs the app
-on an event loop of its own (nothing in the app is bound to a loop), and answers a Werkzeug response (status, headers, ``get_data()``,
-``json``) built from what the app sent. ``environ_overrides={"RAW_URI": ...}`` sets the raw target, as a WSGI
-server's raw URI did.
+on an event loop of its own (nothing in the app is bound to a loop), and answers a Werkzeug response (status,
+headers, ``get_data()``, ``json``) built from what the app sent. ``environ_overrides={"RAW_URI": ...}`` sets
+the raw target, as a WSGI server's raw URI did.
 """
 
 from __future__ import annotations
