@@ -59,13 +59,22 @@ class BridgeAsgi:
             container.interceptor, self.callback_pool, callback_upstream or upstream, settings.legacy_url,
             container.metrics, settings.callback_body_cap_bytes, self.pass_through)
         self.websockets = WebSocketRelay(settings.legacy_url)
+        # What the panel may hold open at once (relayed requests and WebSockets): the memory bound's count.
+        # Callbacks and the bridge's own endpoints are never counted and never refused for it.
+        self.panel_limit = settings.connection_limit
+
+    def panel_is_full(self) -> bool:
+        return self.pass_through.in_flight + self.websockets.open_count >= self.panel_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "websocket":
-            await self.websockets(scope, receive, send)
+            if self.panel_is_full():
+                await self.websockets.refuse_busy(receive, send)
+            else:
+                await self.websockets(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
@@ -78,6 +87,9 @@ class BridgeAsgi:
         try:
             if route is not None and self.callbacks is not None:
                 await self.callbacks(scope, receive, send, target, route)
+            elif self.panel_is_full():
+                log.warning("%d panel requests and WebSockets open: refusing another", self.panel_limit)
+                await send_json(send, 503, {"code": 503, "message": "ql-bridge: too many open connections"})
             else:
                 await self.pass_through(scope, receive, send, target)
         except Exception as exc:  # noqa: BLE001 - one request's bug must not reach uvicorn's text/plain 500

@@ -119,6 +119,7 @@ class PassThrough:
         self._metrics = metrics
         self._max_body = max_body_bytes
         self._streams: set[asyncio.Future[None]] = set()  # answers of unknown length being relayed
+        self.in_flight = 0  # requests being relayed (uploads, downloads, streams): what the panel holds open
 
     def end_streams(self) -> int:
         """End every open answer of unknown length (xhr_streaming, eventsource) cleanly: the server is stopping
@@ -135,6 +136,14 @@ class PassThrough:
         if length is not None and length > self._max_body:
             await send_json(send, 413, {"code": 413, "message": "Payload Too Large"})
             return
+        self.in_flight += 1
+        try:
+            await self._relay(scope, receive, send, target, head, head_is_whole, length)
+        finally:
+            self.in_flight -= 1
+
+    async def _relay(self, scope: Scope, receive: Receive, send: Send, target: bytes, head: bytes,
+                     head_is_whole: bool, length: int | None) -> None:
         if head_is_whole:
             body: bytes | AsyncIterator[bytes] = head
         else:

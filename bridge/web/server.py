@@ -30,13 +30,13 @@ from bridge.logging_setup import configure_logging
 from bridge.malloc_arenas import limit_malloc_arenas
 from bridge.web.asgi import BridgeAsgi
 from bridge.web.http_protocol import RequestDeadlines, protocol_with
+from bridge.web.websocket_relay import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from bridge.bootstrap import Container
 
 ContainerFactory = Callable[[Settings], "Container"]
 log = logging.getLogger("bridge.server")
-WEBSOCKET_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 def uvicorn_config(app: BridgeAsgi, settings: Settings) -> uvicorn.Config:
@@ -45,7 +45,7 @@ def uvicorn_config(app: BridgeAsgi, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=settings.listen_host, port=settings.listen_port,
         http=protocol_with(deadlines),  # h11 with the bridge's deadlines and 2.x-shaped refusals
-        ws="wsproto", ws_max_size=WEBSOCKET_MAX_MESSAGE_BYTES,
+        ws="wsproto", ws_max_size=MAX_MESSAGE_BYTES,
         ws_ping_interval=None,  # no idle timeout of the bridge's own: 2.x's SockJS heartbeat keeps the channel
         ws_per_message_deflate=False,  # 2.x's sockjs-node offers none either; it would cost CPU per message
         lifespan="on", loop="uvloop", interface="asgi3",  # uvloop: the same asyncio API, less CPU per event

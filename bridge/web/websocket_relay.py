@@ -27,7 +27,10 @@ _HANDSHAKE = frozenset({b"host", b"sec-websocket-key", b"sec-websocket-version",
                         b"sec-websocket-accept", b"sec-websocket-protocol", b"content-length"})
 _UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # reserved: "no code", "abnormal", "TLS": never on the wire
 OPEN_TIMEOUT_S = 10.0
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+CLOSE_TIMEOUT_S = 2.0  # how long 2.x may take to answer a close: a stopping bridge must not wait past its drain
+# The panel's SockJS frames are a few hundred bytes; a message over this closes the WebSocket with 1009. It,
+# with one message queued from 2.x, bounds what one WebSocket can make the bridge hold (README "Serving").
+MAX_MESSAGE_BYTES = 256 * 1024
 
 
 class WebSocketRelay:
@@ -63,6 +66,11 @@ class WebSocketRelay:
             finally:
                 self._open.discard(session)
 
+    async def refuse_busy(self, receive: Receive, send: Send) -> None:
+        """The bridge holds as many open panel connections as it may: 503, and the panel retries."""
+        if (await receive())["type"] == "websocket.connect":
+            await _deny(send, 503, b'{"code":503,"message":"ql-bridge: too many open connections"}')
+
     async def _connect(self, scope: Scope, target: bytes) -> ClientConnection:
         origin, prefix = upstream_base(self._legacy_url)
         uri = origin.replace("http", "ws", 1) + (prefix + target).decode("ascii")
@@ -71,7 +79,8 @@ class WebSocketRelay:
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in items if k not in drop]
         return await connect(uri, additional_headers=headers, user_agent_header=None, compression=None,
                              subprotocols=scope.get("subprotocols") or None, open_timeout=OPEN_TIMEOUT_S,
-                             ping_interval=None, max_size=MAX_MESSAGE_BYTES, proxy=None)
+                             close_timeout=CLOSE_TIMEOUT_S,
+                             ping_interval=None, max_size=MAX_MESSAGE_BYTES, max_queue=1, proxy=None)
 
     async def _relay(self, receive: Receive, send: Send, upstream: ClientConnection) -> None:
         to_2x = asyncio.ensure_future(_client_to_2x(receive, upstream))

@@ -22,7 +22,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from bridge.storage.schema import runs_table
-from tests.hostile.conftest import PANEL_TOKEN, Site, start_site
+from tests.hostile.conftest import PANEL_TOKEN, Site, rss_kib, start_site
 from tests.hostile.test_serving import callback_latencies, p99
 
 STREAMS = 200
@@ -134,10 +134,10 @@ def test_two_hundred_streams_and_a_hundred_websockets_leave_callbacks_health_and
     callback_latencies(site, 10)  # warm-up: connections, caches, first-use imports
     quiet = callback_latencies(site, 30)
     pid = site.proc.pid  # type: ignore[attr-defined]
-    threads_before = threads_of(pid)
+    threads_before, (rss_before, _) = threads_of(pid), rss_kib(pid)
 
     with panel_load(site) as sockets:
-        threads_open = threads_of(pid)
+        threads_open, (rss_open, _) = threads_of(pid), rss_kib(pid)
         time.sleep(1.5)  # past the burst of opening them: what is measured is their being open
         loaded = callback_latencies(site, 50)
         alive = httpx.get(f"{site.url}/livez", timeout=5)
@@ -149,6 +149,8 @@ def test_two_hundred_streams_and_a_hundred_websockets_leave_callbacks_health_and
     assert alive.status_code == 200
     assert echoed == 'a["still echoing"]'
     assert threads_open <= threads_before + 2, (threads_before, threads_open)  # sockets, never threads
+    # README "Serving": a few KiB an idle stream or WebSocket (the worst case is bounded far higher).
+    assert (rss_open - rss_before) / 1024 < 48, f"RSS grew by {(rss_open - rss_before) / 1024:.1f} MiB"
     # A floor of 20 ms keeps scheduler noise on a shared machine from deciding the comparison.
     assert p99(loaded) < 2 * max(p99(quiet), 0.020), (p99(quiet), p99(loaded), sorted(loaded)[-5:])
     engine = site.store_engine()

@@ -304,3 +304,17 @@ def test_every_forward_is_timed_in_bridge_forward_seconds(
     client.get("/api/b")
 
     assert container.metrics.value("ql_bridge_forward_seconds_count") == 2
+
+
+def test_when_the_panel_holds_the_connection_limit_open_it_gets_503_and_callbacks_still_pass(
+        upstream: FakeUpstream) -> None:
+    calls: list[Any] = []
+    client, container = intercepted_client(upstream, RecordingInterceptor(calls))
+    client.app.pass_through.in_flight = container.settings.connection_limit  # as if that many streams were open
+
+    refused = client.get("/api/crons")
+    callback = put_status(client)
+
+    assert refused.status_code == 503 and refused.get_json()["code"] == 503
+    assert callback.status_code == 200 and [c[0] for c in calls] == ["before", "after"]
+    assert [r.url.path for r in upstream.requests] == ["/open/crons/status"]
