@@ -114,7 +114,7 @@ class Container:
     http: httpx.Client
     store: Store | None = None
     flags: FlagService | None = None
-    interceptor: Any = None  # bridge.web.proxy.CallbackInterceptor, or None for a pure pass-through
+    interceptor: Any = None  # bridge.web.callback_route.CallbackInterceptor, or None for a pure pass-through
     closers: list[Any] = field(default_factory=list)
 
     @cached_property

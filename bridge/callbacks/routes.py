@@ -28,7 +28,6 @@ SHELL_STATUS_PATH = "/open/crons/status"
 @dataclass(frozen=True, slots=True)
 class InterceptedRoute:
     route: Route
-    instance: tuple[int, int] | None = None  # stopInstance's (:id, :instanceId)
 
     @property
     def answer_is_read(self) -> bool:
@@ -44,17 +43,6 @@ def intercepted_route(method: str, path: str) -> InterceptedRoute | None:
         if path in STOP_PATHS:
             return InterceptedRoute(Route.STOP)
         return None
-    if method == "POST" and (match := STOP_INSTANCE_PATH.fullmatch(path)):
-        return InterceptedRoute(Route.INSTANCE_STOP, (int(match[1]), int(match[2])))
-    return None
-
-
-def route_of_path(path: str) -> InterceptedRoute | None:
-    """The route a path belongs to whatever the method (the interceptor is shown only intercepted methods)."""
-    if path in STATUS_PATHS:
-        return InterceptedRoute(Route.STATUS)
-    if path in STOP_PATHS:
-        return InterceptedRoute(Route.STOP)
-    if match := STOP_INSTANCE_PATH.fullmatch(path):
-        return InterceptedRoute(Route.INSTANCE_STOP, (int(match[1]), int(match[2])))
+    if method == "POST" and STOP_INSTANCE_PATH.fullmatch(path):
+        return InterceptedRoute(Route.INSTANCE_STOP)
     return None
