@@ -92,16 +92,12 @@ def build_http_client(settings: Settings) -> httpx.Client:
     return httpx.Client(timeout=timeout, limits=limits, follow_redirects=False, trust_env=False)
 
 
-CALLBACK_UPSTREAM_CONNECTIONS = 64
-
-
-def build_async_http_client(settings: Settings, *, max_connections: int | None = None) -> httpx.AsyncClient:
-    """Pooled async client to 2.x for the event loop. The panel's traffic gets one connection per client
-    connection at most (``BRIDGE_CONNECTION_LIMIT``); the callbacks get a pool of their own, so 200 open
-    streams never make a callback wait for a connection."""
+def build_async_http_client(settings: Settings) -> httpx.AsyncClient:
+    """Pooled async client to 2.x for the panel's traffic on the event loop: one connection per relayed request
+    at most (``BRIDGE_CONNECTION_LIMIT``). The callbacks keep the container's own client (``build_http_client``),
+    so 200 open streams never make a callback wait for a connection."""
     timeout = httpx.Timeout(settings.forward_timeout_s, connect=5.0)
-    limits = httpx.Limits(max_connections=max_connections or settings.connection_limit,
-                          max_keepalive_connections=16)
+    limits = httpx.Limits(max_connections=settings.connection_limit, max_keepalive_connections=16)
     return httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False, trust_env=False)
 
 

@@ -46,17 +46,16 @@ def is_own_endpoint(method: str, path: str) -> bool:
 
 
 class BridgeAsgi:
-    def __init__(self, container: Container, upstream: httpx.AsyncClient,
-                 callback_upstream: httpx.AsyncClient | None = None) -> None:
-        """``upstream`` carries the panel's traffic; ``callback_upstream`` (its own pool) the callbacks'."""
+    def __init__(self, container: Container, upstream: httpx.AsyncClient) -> None:
+        """``upstream`` carries the panel's traffic; the callbacks use the container's client (a pool of its own)."""
         settings = container.settings
         self.container = container
-        self.clients = [upstream] if callback_upstream is None else [upstream, callback_upstream]
+        self.upstream = upstream
         self.own = WSGIMiddleware(create_app(container), workers=OWN_ENDPOINT_THREADS)
         self.pass_through = PassThrough(upstream, settings.legacy_url, container.metrics, settings.max_body_bytes)
         self.callback_pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="callback-")
         self.callbacks = None if container.interceptor is None else CallbackRoute(
-            container.interceptor, self.callback_pool, callback_upstream or upstream, settings.legacy_url,
+            container.interceptor, self.callback_pool, container.http, settings.legacy_url,
             container.metrics, settings.callback_body_cap_bytes, self.pass_through)
         self.websockets = WebSocketRelay(settings.legacy_url)
         # What the panel may hold open at once (relayed requests and WebSockets): the memory bound's count.
@@ -112,7 +111,6 @@ class BridgeAsgi:
     async def close(self) -> None:
         """After the drain: the upstream client and the pools (the shadow lanes close with the container)."""
         await self.websockets.close_all()
-        for client in self.clients:
-            await client.aclose()
+        await self.upstream.aclose()
         self.callback_pool.shutdown(wait=True)
         self.own.executor.shutdown(wait=True)

@@ -1,9 +1,11 @@
 """The intercepted routes (status callbacks and stops), served with capacity of their own.
 
-The body (a task shell's is ~250 bytes) is read on the event loop; the interceptor's blocking steps (parsing with
-2.x's rules, 2.x's Crontabs read, the shadow write's wait) run on the callback pool, a thread pool that nothing
-else uses, so no panel request, stream or WebSocket can queue a callback behind it. 2.x's answer goes back
-unchanged (fail-open); in primary mode the interceptor's LocalAnswer goes back instead and nothing is forwarded.
+The body (a task shell's is ~250 bytes) is read on the event loop; then the whole exchange, the interceptor's
+blocking steps (parsing with 2.x's rules, 2.x's Crontabs read, the shadow write's wait) and the forward between
+them, runs in one hop on the callback pool, a thread pool that nothing else uses, with a connection pool to 2.x
+of its own (the container's client), so no panel request, stream or WebSocket can queue a callback behind it.
+2.x's answer goes back unchanged (fail-open); in primary mode the interceptor's LocalAnswer goes back instead
+and nothing is forwarded.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from bridge.web.proxy import (
     build_upstream_request,
     downstream_headers,
     path_only,
-    raw_chunks,
     send_bad_gateway,
 )
 
@@ -48,7 +49,7 @@ class CallbackInterceptor(Protocol):
 
 
 class CallbackRoute:
-    def __init__(self, interceptor: CallbackInterceptor, pool: Executor, client: httpx.AsyncClient,
+    def __init__(self, interceptor: CallbackInterceptor, pool: Executor, client: httpx.Client,
                  legacy_url: str, metrics: BridgeMetrics, body_cap_bytes: int, pass_through: PassThrough) -> None:
         self._interceptor = interceptor
         self._pool = pool
@@ -69,38 +70,50 @@ class CallbackRoute:
             self._metrics.callback_body_oversize(path_only(target))
             await self._pass_through(scope, receive, send, target, head=body, head_is_whole=whole)
             return
-        loop = asyncio.get_running_loop()
         headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]])
-        prepared = await loop.run_in_executor(self._pool, self._before_forward, path_only(target), body, headers)
-        if isinstance(prepared, LocalAnswer):  # primary mode: the bridge is the truth and answers the shell
-            await send_whole(send, prepared.status, [(b"content-type", prepared.content_type.encode()),
-                                                     (b"content-length", str(len(prepared.body)).encode())],
-                             prepared.body)
-            return
         upstream = build_upstream_request(self._legacy_url, scope["method"], target, scope["headers"], body,
                                           len(body))
-        try:
-            response, content = await self._send(upstream)
-        except httpx.TransportError as exc:
+        # One hop to the callback pool for the whole exchange: the interceptor's steps and the forward between
+        # them are blocking work on threads nothing else uses, with 2.x on a connection pool of their own.
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(self._pool, self._exchange, path_only(target), upstream, route,
+                                            headers)
+        if isinstance(answer, httpx.TransportError):
             log.warning("forward %s %s failed: 2.x unreachable (%s)", scope["method"], path_only(target),
-                        type(exc).__name__)
-            await send_bad_gateway(send, exc)
-            return
-        if prepared is not None:  # (None: nothing to record, so no hop to the pool either)
-            answer = answer_body(response, content) if route.answer_is_read else None
-            await loop.run_in_executor(self._pool, self._after_forward, prepared, response.status_code, answer)
-        await send_whole(send, response.status_code, downstream_headers(response.headers.raw), content)
+                        type(answer).__name__)
+            await send_bad_gateway(send, answer)
+        elif isinstance(answer, LocalAnswer):  # primary mode: the bridge is the truth and answers the shell
+            await send_whole(send, answer.status, [(b"content-type", answer.content_type.encode()),
+                                                   (b"content-length", str(len(answer.body)).encode())],
+                             answer.body)
+        else:
+            response, content = answer
+            await send_whole(send, response.status_code, downstream_headers(response.headers.raw), content)
 
-    async def _send(self, upstream: httpx.Request) -> tuple[httpx.Response, bytes]:
+    def _exchange(self, path: str, upstream: httpx.Request, route: InterceptedRoute, headers: Mapping[str, str]) \
+            -> LocalAnswer | httpx.TransportError | tuple[httpx.Response, bytes]:
+        """On the callback pool: before_forward, the forward, after_forward (only when there is something)."""
+        prepared = self._before_forward(path, upstream.content, headers)
+        if isinstance(prepared, LocalAnswer):
+            return prepared
+        try:
+            response, content = self._send(upstream)
+        except httpx.TransportError as exc:
+            return exc
+        if prepared is not None:
+            answer = answer_body(response, content) if route.answer_is_read else None
+            self._after_forward(prepared, response.status_code, answer)
+        return response, content
+
+    def _send(self, upstream: httpx.Request) -> tuple[httpx.Response, bytes]:
         started = time.perf_counter()
         try:
-            response = await self._client.send(upstream, stream=True)
+            response = self._client.send(upstream, stream=True)
             try:
-                # The wire bytes: a gzip/br body stays compressed, byte for byte.
-                content = b"".join([chunk async for chunk in raw_chunks(response)])
+                content = raw_body(response)  # the wire bytes: a gzip/br body stays compressed, byte for byte
             finally:
-                await response.aclose()
-            return response, content  # status and headers stay readable after aclose()
+                response.close()
+            return response, content  # status and headers stay readable after close()
         finally:
             self._metrics.forward_seconds.observe(time.perf_counter() - started)
 
@@ -124,6 +137,15 @@ class CallbackRoute:
         # Type name only: an exception message may quote the body (log_path, pid) or a token.
         log.error("callback interceptor %s failed: %s", stage, type(exc).__name__)
         self._metrics.shadow_write_failed("unknown", "internal")
+
+
+def raw_body(response: httpx.Response) -> bytes:
+    """The body as it came off the wire, chunks joined."""
+    if response.is_stream_consumed:
+        # Built pre-read (a MockTransport handler passing content=...): .content may be decoded already,
+        # but the response's stream still holds the raw bytes.
+        return b"".join(response.stream)  # type: ignore[arg-type]
+    return b"".join(response.iter_raw())
 
 
 def answer_body(response: httpx.Response, content: bytes) -> bytes | None:

@@ -92,15 +92,14 @@ class BridgeServer(uvicorn.Server):
 
 def serve(settings: Settings, container_factory: ContainerFactory) -> None:
     """Run the bridge until SIGTERM or SIGINT, then drain and close; blocks."""
-    from bridge.bootstrap import CALLBACK_UPSTREAM_CONNECTIONS, build_async_http_client
+    from bridge.bootstrap import build_async_http_client
 
     configure_logging(settings.log_format, [ClientDataFilter()])
     limit_malloc_arenas()  # before the container starts any thread, so the cap holds for all of them
     container = container_factory(settings)
     try:
         async def run() -> None:
-            app = BridgeAsgi(container, build_async_http_client(settings),
-                             build_async_http_client(settings, max_connections=CALLBACK_UPSTREAM_CONNECTIONS))
+            app = BridgeAsgi(container, build_async_http_client(settings))
             log.info("ql-bridge on %s:%d forwarding to %s (%d callback threads)", settings.listen_host,
                      settings.listen_port, _without_userinfo(settings.legacy_url), settings.threads)
             await BridgeServer(uvicorn_config(app, settings), app).serve()
