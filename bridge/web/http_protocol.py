@@ -83,6 +83,34 @@ def _framed_twice(headers: Any) -> bool:
     return b"content-length" in names and b"transfer-encoding" in names
 
 
+class CorkedTransport:
+    """The connection's transport, with the writes of one event-loop turn sent together: an answer's head and
+    its body leave in one segment, as waitress sent them, instead of one syscall each."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.raw = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data, self._pending = b"".join(self._pending), []
+            if not self.raw.is_closing():
+                self.raw.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self.raw.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 class BridgeH11Protocol(H11Protocol):  # type: ignore[misc]
     """One client connection: uvicorn's h11 protocol with the bridge's deadlines and refusals."""
 
@@ -96,7 +124,7 @@ class BridgeH11Protocol(H11Protocol):  # type: ignore[misc]
         self.deadline_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
         # A connection that never sends a byte is idle, like a kept-alive one between requests.
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
@@ -119,6 +147,8 @@ class BridgeH11Protocol(H11Protocol):  # type: ignore[misc]
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         self._disarm()  # the WebSocket has its own life from here; no request deadline applies to it
+        self.transport.flush()
+        self.transport = self.transport.raw  # wsproto writes its frames itself
         super().handle_websocket_upgrade(event)
 
     def send_400_response(self, msg: str) -> None:
