@@ -92,6 +92,15 @@ def build_http_client(settings: Settings) -> httpx.Client:
     return httpx.Client(timeout=timeout, limits=limits, follow_redirects=False, trust_env=False)
 
 
+def build_async_http_client(settings: Settings) -> httpx.AsyncClient:
+    """Pooled async client to 2.x for the panel's traffic on the event loop: one connection per relayed request
+    at most (``BRIDGE_CONNECTION_LIMIT``). The callbacks keep the container's own client (``build_http_client``),
+    so 200 open streams never make a callback wait for a connection."""
+    timeout = httpx.Timeout(settings.forward_timeout_s, connect=5.0)
+    limits = httpx.Limits(max_connections=settings.connection_limit, max_keepalive_connections=16)
+    return httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False, trust_env=False)
+
+
 @dataclass
 class Container:
     """Everything one bridge process uses; the web app and the CLI receive it ready-made."""
@@ -102,7 +111,7 @@ class Container:
     store: Store | None = None
     flags: FlagService | None = None
     modes: CachedModes | None = None  # the flags in force for the callback path and the reconciler
-    interceptor: Any = None  # bridge.web.proxy.CallbackInterceptor, or None for a pure pass-through
+    interceptor: Any = None  # bridge.web.callback_route.CallbackInterceptor, or None for a pure pass-through
     closers: list[Any] = field(default_factory=list)
 
     @cached_property

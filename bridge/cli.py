@@ -271,7 +271,7 @@ def _seam_findings(store: Store) -> list[Any]:
 
 @main.command()
 def serve() -> None:
-    """Run the bridge in front of 2.x (waitress, one process)."""
+    """Run the bridge in front of 2.x (uvicorn, one process)."""
     import logging
     from functools import partial
 

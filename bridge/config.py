@@ -74,7 +74,7 @@ class Settings:
             raise ConfigError("BRIDGE_LEGACY_DATA_DIR", "is required when BRIDGE_SHADOW_ORIGINS names an origin "
                               "(the bridge reads 2.x's Crontabs to tell where an execution came from)")
         if (env.get("BRIDGE_WORKERS") or "1") != "1":
-            raise ConfigError("BRIDGE_WORKERS", "is no longer read: one process serves (waitress); "
+            raise ConfigError("BRIDGE_WORKERS", "is no longer read: one process serves (uvicorn); "
                               "size it with BRIDGE_THREADS, or run replicas on PostgreSQL")
         schema = env.get("BRIDGE_DATABASE_SCHEMA") or None
         if schema is not None and not schema.replace("_", "").isalnum():

@@ -56,7 +56,7 @@ _LEGACY_STATES = frozenset(s.value for s in DatabaseState) - {DatabaseState.OK.v
 _LEGACY_USES = frozenset({"shadow", "projection", "recovery", "auth"})
 ONE_PROCESS_HELP = (
     "Always 1; names this bridge's version. Every counter and histogram here is this one process's own "
-    "since it started (ql-bridge serve is one process, waitress threads), reset by a restart; the store "
+    "since it started (ql-bridge serve is one process), reset by a restart; the store "
     "gauges (outbox, mismatches, reconcile, coverage) read the shared store, so replicas agree on them. "
     "Two processes behind one address would answer scrapes in turn and their counters would disagree: "
     "scrape each process as its own target and tell them apart by process_start_time_seconds."

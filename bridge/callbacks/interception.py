@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeAlias
 from zoneinfo import ZoneInfo
 
 from bridge.callbacks.answers import LocalAnswer
+from bridge.callbacks.lanes import WriteLanes
 from bridge.callbacks.primary import PrimaryAnswerer
+from bridge.callbacks.routes import SHELL_STATUS_PATH, STATUS_PATHS, STOP_INSTANCE_PATH, STOP_PATHS
 from bridge.domain.errors import BridgeError
 from bridge.domain.model import Mode, Owner
 from bridge.metrics import BridgeMetrics
@@ -59,11 +58,6 @@ from legacy_adapters.reader import LegacyCron, LegacyReader
 from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.shadow")
-STATUS_PATHS = frozenset({"/open/crons/status", "/api/crons/status"})
-STOP_PATHS = frozenset({"/open/crons/stop", "/api/crons/stop"})
-# stopInstance (`POST /crons/:id/instances/:instanceId/stop`); 2.x does not check :id against the row's cron.
-STOP_INSTANCE_PATH = re.compile(r"/(?:open|api)/crons/([0-9]{1,15})/instances/([0-9]{1,15})/stop")
-PRIMARY_PATH = "/open/crons/status"  # the task shell's route; panel calls on /api keep going to 2.x
 MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
 
 
@@ -121,14 +115,11 @@ class ShadowInterceptor:
         self._modes = modes
         self._metrics = metrics
         self._clock = clock
-        self._budget_s = budget_ms / 1000
         self._scheduler_mode = scheduler_mode
         self._tz = tz
         self._probe = probe or ProcProbe()
         self._primary = PrimaryAnswerer(recorder, auth, metrics, clock, on_primary_commit) if auth else None
-        # One single-thread lane per cron bucket keeps each cron's callbacks in arrival order.
-        self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"shadow-{i}") for i in range(lanes)]
-        self._pending = threading.BoundedSemaphore(256)
+        self._lanes = WriteLanes(lanes, budget_s=budget_ms / 1000, metrics=metrics)
         # Where every read is a round trip (PostgreSQL), an end's open Runs are read while 2.x answers, so
         # only the write is left once it has: the write still goes only after a 2xx, in its own transaction.
         self._read_ahead = read_ahead
@@ -177,22 +168,18 @@ class ShadowInterceptor:
 
     def _with_read_ahead(self, prepared: PreparedCallback) -> PreparedCallback:
         """Queue the read on the cron's lane, ahead of the write that may follow it in the same lane."""
-        if not self._read_ahead or len(prepared.cron_ids) != 1 or not self._pending.acquire(blocking=False):
+        if not self._read_ahead or len(prepared.cron_ids) != 1:
             return prepared
         cron_id = prepared.cron_ids[0]
-        future = self._lane(cron_id).submit(self._recorder.read_ahead_end, cron_id)
-        future.add_done_callback(lambda _f: self._pending.release())
-        return replace(prepared, read_ahead=future)
-
-    def _lane(self, cron_id: int) -> ThreadPoolExecutor:
-        return self._lanes[cron_id % len(self._lanes)]
+        future = self._lanes.submit(cron_id, self._recorder.read_ahead_end, cron_id)
+        return prepared if future is None else replace(prepared, read_ahead=future)
 
     # -- primary mode: the bridge answers ----------------------------------------------------------
 
     def _answer_if_primary(self, path: str, prepared: PreparedCallback,
                            headers: Mapping[str, str] | None) -> LocalAnswer | None:
         """A start of an origin in primary mode is accepted by the bridge, which answers it itself."""
-        if self._primary is None or path != PRIMARY_PATH or len(prepared.cron_ids) != 1:
+        if self._primary is None or path != SHELL_STATUS_PATH or len(prepared.cron_ids) != 1:
             return None
         cron = prepared.crons_before.get(prepared.cron_ids[0])
         if cron is None:
@@ -210,7 +197,7 @@ class ShadowInterceptor:
     def _answer_if_bridge_owned(self, path: str, prepared: PreparedCallback,
                                 headers: Mapping[str, str] | None) -> LocalAnswer | None:
         """An end of an execution the bridge accepted stays the bridge's, even after a demotion."""
-        if self._primary is None or path != PRIMARY_PATH or len(prepared.cron_ids) != 1 \
+        if self._primary is None or path != SHELL_STATUS_PATH or len(prepared.cron_ids) != 1 \
                 or not prepared.callback.is_end or not self._primary.owns_active_runs():
             return None
         facts = _facts(prepared.callback, prepared.cron_ids[0], prepared.received_at_ms, keep_log_path=True)
@@ -240,22 +227,10 @@ class ShadowInterceptor:
             return False
         if isinstance(prepared, PreparedInstanceStop) and _answer_code(answer) != 200:
             return False  # {"code":400,"message":"实例不存在或已停止"}: 2.x stopped nothing
-        if not self._pending.acquire(blocking=False):
-            self._metrics.shadow_write_failed(None, "overload")
-            return False
-        future: Future[None] = self._lane(prepared.cron_ids[0]).submit(self._record, prepared)
-        future.add_done_callback(lambda _f: self._pending.release())
-        try:
-            future.result(timeout=self._budget_s)
-        except FutureTimeout:
-            # The write goes on in its lane; the shell is answered now.
-            self._metrics.shadow_write_failed(None, "timeout")
-            log.warning("shadow write overran its %d ms budget", int(self._budget_s * 1000))
-        return True
+        return self._lanes.write_within_budget(prepared.cron_ids[0], self._record, prepared)
 
     def close(self) -> None:
-        for lane in self._lanes:
-            lane.shutdown(wait=True)
+        self._lanes.close()
 
     # -- inside a lane ----------------------------------------------------------------------------
 

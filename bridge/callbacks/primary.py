@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from bridge.callbacks.answers import OK_2X, LocalAnswer
+from bridge.callbacks.routes import SHELL_STATUS_PATH
 from bridge.domain.errors import BridgeError
 from bridge.metrics import BridgeMetrics
 from bridge.service.last_known import LastKnown
@@ -25,7 +26,6 @@ from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
 
 log = logging.getLogger("bridge.callbacks.primary")
-SHELL_PATH = "/open/crons/status"
 
 
 class PrimaryAnswerer:
@@ -47,7 +47,7 @@ class PrimaryAnswerer:
         None: the token could not be checked (keyv.sqlite unreadable), so 2.x must answer."""
         headers = headers or {}
         try:
-            self._auth.check_open_request(SHELL_PATH, headers.get("Authorization"), self._clock.now_ms() // 1000,
+            self._auth.check_open_request(SHELL_STATUS_PATH, headers.get("Authorization"), self._clock.now_ms() // 1000,
                                           user_agent=headers.get("User-Agent"))
         except LegacyAuthError as exc:
             self._keyv_reads_again()

@@ -1,5 +1,5 @@
 """The bridge's HTTP face: thin views for the byte-faithful pass-through to 2.x, /v3, /livez, /readyz, /metrics,
-the admin endpoints, and the waitress server that hosts them.
+the admin endpoints, and the uvicorn server that hosts them (ASGI front door: ``bridge.web.asgi``).
 
 Build it with ``bridge.web.app.create_app(container)``; views reach the container (built by
 ``bridge.bootstrap``) via ``current_container()``. May import everything below it; only ``bridge.cli`` imports

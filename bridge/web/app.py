@@ -1,4 +1,5 @@
-"""The app factory: a Flask app around a ready-made Container (no module-level app, nothing at import)."""
+"""The app factory: the Flask app of the bridge's own endpoints around a ready-made Container (no module-level
+app, nothing at import). It is mounted as WSGI inside the ASGI front door, ``bridge.web.asgi``."""
 
 from __future__ import annotations
 
@@ -20,18 +21,16 @@ def create_app(container: Container) -> Flask:
     app = Flask(__name__, static_folder=None)
     # Flask must not answer for 2.x: no slash-merging redirects (the catch-all also turns off strict_slashes).
     app.url_map.merge_slashes = False
-    # The bridge's own endpoints take small JSON bodies; the proxy reads 2.x's traffic from the stream itself.
+    # The bridge's own endpoints take small JSON bodies (2.x's traffic never reaches Flask: see bridge.web.asgi).
     app.config["MAX_CONTENT_LENGTH"] = OWN_BODY_LIMIT_BYTES
     app.extensions[EXTENSION] = container
 
     from bridge.web.admin import admin
     from bridge.web.api_v3 import api_v3
     from bridge.web.health import health
-    from bridge.web.proxy import proxy
 
     app.register_blueprint(health)
     app.register_blueprint(admin)  # /bridge/flags: the operator's, behind the admin token
-    app.register_blueprint(api_v3)  # before the proxy: /v3 is the bridge's own and never reaches 2.x
-    app.register_blueprint(proxy)  # last: it takes every method and path nothing else claimed
+    app.register_blueprint(api_v3)  # /v3 is the bridge's own and never reaches 2.x
     register_error_handlers(app)
     return app

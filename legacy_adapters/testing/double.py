@@ -32,6 +32,7 @@ from legacy_adapters.callbacks import (
 from legacy_adapters.errors import LegacyCallbackParseError, node_json
 from legacy_adapters.schema import CrontabStatus, InstanceStatus, format_updated_at
 from legacy_adapters.testing.datadir import LegacyDataDir, connect, immediate
+from legacy_adapters.testing.sockjs_double import HEARTBEAT_S, SockJsDouble
 
 JSON_TYPE = "application/json; charset=utf-8"  # what Express res.send(object) sets
 UNDEFINED_PID = 'WHERE parameter "pid" has invalid "undefined" value'
@@ -210,6 +211,7 @@ class Legacy2xDouble:
         port: int = 0,
         lang: str | None = None,
         system_lang: str = "zh",
+        sockjs_heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         """``lang`` is the system setting (``systemConfig.info.lang``; None: never set) and ``system_lang``
         what ``systemLang()`` gives the 2.x process ("en" when Node's Intl locale is English, else "zh")."""
@@ -232,6 +234,8 @@ class Legacy2xDouble:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._routes: dict[tuple[str, str], Callable[[Any], _Reply]] = {}
+        # back/loaders/sock.ts: the SockJS channel at /api/ws, its token checked as isValidToken does.
+        self.sockjs = SockJsDouble(self._panel_token_valid, sockjs_heartbeat_s)
         for prefix in ("/api", "/open"):  # rewrite('/open/*', '/api/$1'): one handler each
             self._routes[("PUT", f"{prefix}/crons/status")] = self._status
             self._routes[("PUT", f"{prefix}/crons/run")] = self._run
@@ -256,6 +260,7 @@ class Legacy2xDouble:
 
     def stop(self) -> None:
         """Stop listening and wait for the server thread."""
+        self.sockjs.close_sessions()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -422,6 +427,10 @@ class Legacy2xDouble:
         if _is_valid_token(self._keyv("authInfo"), token, _get_platform(request.header("user-agent") or "")):
             return None
         return self._unauthorized("Token 已失效" if token else "请先登录")
+
+    def _panel_token_valid(self, token: str, user_agent: str) -> bool:
+        """back/loaders/sock.ts: ``isValidToken(authInfo, token, getPlatform(user-agent) || 'desktop')``."""
+        return _is_valid_token(self._keyv("authInfo"), token, _get_platform(user_agent))
 
     def _unauthorized(self, key: str) -> _Reply:
         # UnauthorizedError -> res.status(401).send({code: 401, message: err.message})
@@ -628,6 +637,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         path, _, query = self.path.partition("?")
+        double = self.server.double  # type: ignore[attr-defined]
+        if double.sockjs.serves(path):
+            double.sockjs.handle(self)  # sockjs-node answers before Express sees the request
+            return
         request = RecordedRequest(self.command, path, query, tuple(self.headers.items()), self._read_body())
         reply = self.server.double._handle(request)  # type: ignore[attr-defined]
         self.send_response(reply.status)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.bootstrap import build_interceptor, build_legacy_reader, build_store
+from bridge.callbacks.lanes import LANE_THREAD_PREFIX
 from bridge.config import Settings
 from bridge.domain.model import Origin
 from bridge.metrics import BridgeMetrics
@@ -52,7 +53,6 @@ from legacy_adapters.testing.datadir import create_legacy_data_dir
 
 HEADERS = {"Content-Type": "application/json", "User-Agent": "curl/8.5.0"}
 STATUS_PATH = "/open/crons/status"
-LANE_THREAD_PREFIX = "shadow-"  # the interceptor names its lanes' threads so (ThreadPoolExecutor thread_name_prefix)
 
 
 def lane_cpu() -> float:

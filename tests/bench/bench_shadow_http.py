@@ -10,7 +10,7 @@ What runs (all on loopback, all started and always stopped by this script):
   * a 2.x data dir in a temp dir with five crons on 5-field schedules;
   * the 2.x test double (Legacy2xDouble) in its OWN process (multiprocessing "spawn"), so its CPU does not share
     the GIL with the load generator;
-  * `bridge serve` (waitress, one process x 16 threads) in front of it, shadow ON for every origin
+  * `bridge serve` (uvicorn, one process) in front of it, shadow ON for every origin
     (BRIDGE_SHADOW_ORIGINS=manual,boot,...,system, BRIDGE_SHADOW_BUDGET_MS default 50);
   * a second `bridge serve` with BRIDGE_SHADOW_ORIGINS empty: the pure pass-through, same settings otherwise, on
     a store of its own (origin modes may be kept in the store, so a shared one could turn shadow on for it);
@@ -219,7 +219,7 @@ class BridgeHandle:
     log_path: Path
 
     def worker_pid(self) -> int:
-        """The serving process: `bridge serve` itself (waitress, one process)."""
+        """The serving process: `bridge serve` itself (uvicorn, one process)."""
         return self.proc.pid
 
     def metrics(self) -> dict[str, float]:
@@ -296,7 +296,7 @@ def bridge_env(base: dict[str, str], **values: str) -> dict[str, str]:
 @contextmanager
 def bridge_server(name: str, env: dict[str, str], url: str, log_path: Path) -> Iterator[BridgeHandle]:
     """Like bridge.demo.bridge_process, but stderr goes to a file: a pipe nobody reads would fill up under load
-    (waitress's log and the shadow warnings go to stderr) and block the worker."""
+    (the server's log and the shadow warnings go to stderr) and block the worker."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=log)

@@ -74,11 +74,14 @@ def test_the_filters_given_see_every_record_and_a_second_call_replaces_the_handl
     configure_logging("text", stream=first)
     configure_logging("json", [ClientDataFilter()], stream=second)
 
-    logging.getLogger("waitress").error("Exception while serving /open/crons?t=secret")
+    try:
+        raise ValueError("/open/crons?t=secret")
+    except ValueError:
+        logging.getLogger("uvicorn.error").exception("Exception in ASGI application\n")
 
     assert first.getvalue() == ""
     line = json.loads(second.getvalue().splitlines()[-1])
-    assert line["message"] == "exception while serving a request" and "secret" not in second.getvalue()
+    assert line["message"] == "Exception in ASGI application: ValueError" and "secret" not in second.getvalue()
 
 
 def test_a_serving_process_logs_every_line_as_json(cli: Cli, store: Path) -> None:

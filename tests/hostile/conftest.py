@@ -119,12 +119,17 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
         yield created
 
 
-def start_site(tmp_path: Path, store: tuple[str, str | None], **extra: str) -> Iterator[Site]:
+PANEL_TOKEN = "panel-session-token"  # a logged-in panel's token, as 2.x keeps it in keyv's authInfo
+
+
+def start_site(tmp_path: Path, store: tuple[str, str | None], double_options: dict[str, float] | None = None,
+               **extra: str) -> Iterator[Site]:
     data = create_legacy_data_dir(tmp_path / "ql")
     cron = data.add_cron("hostile", "task hostile.sh", "0 * * * *")
+    data.write_keyv("authInfo", {"username": "admin", "token": PANEL_TOKEN, "tokens": {"desktop": PANEL_TOKEN}})
     url, schema = store
     port = free_port()
-    with Legacy2xDouble(data).start() as double:
+    with Legacy2xDouble(data, **(double_options or {})).start() as double:
         env = serve_env(port, double.url, data.root, url, BRIDGE_DATA_DIR=str(tmp_path),
                         BRIDGE_SHADOW_BUDGET_MS="2000", **({"BRIDGE_DATABASE_SCHEMA": schema} if schema else {}),
                         **extra)

@@ -23,11 +23,11 @@ from bridge.callbacks.primary import PrimaryAnswerer
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
-from bridge.web.app import create_app
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
+from tests.web.asgi_client import bridge_client
 
 PANEL_JWT = "eyJhbGciOiJIUzM4NCJ9.eyJkYXRhIjoiYWRtaW4ifQ.c2lnbmF0dXJl"
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
@@ -75,7 +75,7 @@ def site_for(tmp_path: Path, lang: str | None, system_lang: str) -> Iterator[Sit
     with Legacy2xDouble(data, panel_token=PANEL_JWT, lang=lang, system_lang=system_lang) as double, \
             httpx.Client(base_url=double.url, timeout=10) as http:
         try:
-            yield Site(data, double, http, authority, primary, create_app(container).test_client(use_cookies=False))
+            yield Site(data, double, http, authority, primary, bridge_client(container))
         finally:
             container.http.close()
 

@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 from flask import Flask
-from flask.testing import FlaskClient
 
 from bridge.bootstrap import Container, Store, build_interceptor
 from bridge.config import Settings
@@ -22,6 +21,7 @@ from bridge.service.run_service import RunService
 from bridge.web.app import create_app
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from tests.conftest import Backend
+from tests.web.asgi_client import AsgiTestClient, bridge_client
 
 LEGACY_URL = "http://legacy.test:5700"
 OK_2X = b'{"code":200}'
@@ -97,5 +97,8 @@ def app(container: Container) -> Flask:
 
 
 @pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client(use_cookies=False)  # its cookie jar would replace a sent Cookie header
+def client(container: Container) -> Iterator[AsgiTestClient]:
+    """The bridge's front door (bridge.web.asgi) over ``container``, as uvicorn would drive it."""
+    client = bridge_client(container)
+    yield client
+    client.close()

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from bridge.bootstrap import Container
@@ -18,13 +17,13 @@ from bridge.metrics import BridgeMetrics
 from bridge.service.admin import new_admin_token
 from bridge.service.flags import FlagService
 from bridge.storage.flags import SqlFlagStore
-from bridge.web.app import create_app
 from tests.conftest import Backend
+from tests.web.asgi_client import AsgiTestClient, bridge_client
 from tests.web.conftest import LEGACY_URL
 
 
 class Admin:
-    def __init__(self, client: FlaskClient, flags: FlagService) -> None:
+    def __init__(self, client: AsgiTestClient, flags: FlagService) -> None:
         self.client, self.flags = client, flags
         self.auth = {"Authorization": f"Bearer {new_admin_token(flags)}"}
 
@@ -42,7 +41,7 @@ def admin(sql_backend: Backend) -> Iterator[Admin]:
     never = httpx.MockTransport(lambda request: pytest.fail(f"/bridge reached 2.x: {request.url}"))
     container = Container(settings=Settings.from_env({"BRIDGE_LEGACY_URL": LEGACY_URL}), metrics=BridgeMetrics(),
                           http=httpx.Client(transport=never), flags=flags)
-    yield Admin(create_app(container).test_client(use_cookies=False), flags)
+    yield Admin(bridge_client(container), flags)
     container.http.close()
 
 

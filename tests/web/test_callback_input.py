@@ -13,17 +13,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from bridge.bootstrap import Container
 from bridge.service.flags import ORIGINS
 from bridge.service.ports import StaticModes
 from bridge.storage.schema import run_attempts_table, runs_table
-from bridge.web.app import create_app
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir
 from tests.conftest import Backend
+from tests.web.asgi_client import AsgiTestClient, bridge_client
 from tests.web.conftest import JSON_2X, FakeUpstream, shadow_container
 
 BEGIN_S = 1_796_216_497
@@ -38,7 +37,7 @@ def joi_400(key: str, message: str) -> bytes:
 
 @dataclass
 class ShadowSite:
-    client: FlaskClient
+    client: AsgiTestClient
     container: Container
     upstream: FakeUpstream
     legacy: LegacyDataDir
@@ -58,7 +57,7 @@ class ShadowSite:
 @pytest.fixture
 def site(sql_backend: Backend, tmp_path: Path, upstream: FakeUpstream) -> Iterator[ShadowSite]:
     with shadow_container(sql_backend, tmp_path, upstream, StaticModes(frozenset(ORIGINS))) as (container, legacy):
-        yield ShadowSite(create_app(container).test_client(use_cookies=False), container, upstream, legacy,
+        yield ShadowSite(bridge_client(container), container, upstream, legacy,
                          sql_backend)
 
 

@@ -101,7 +101,7 @@ def test_an_unexpected_exception_is_a_500_internal_error_with_its_traceback_logg
 def test_an_http_error_has_the_same_json_shape_and_keeps_its_headers(upstream: FakeUpstream) -> None:
     app = create_app(make_container(upstream))
 
-    response = app.test_client().open("/api/crons", method="PROPFIND")
+    response = app.test_client().open("/bridge/flags/manual", method="DELETE")
 
     assert response.status_code == 405 and "PUT" in response.headers["Allow"]
     assert response.get_json()["error"]["code"] == "METHOD_NOT_ALLOWED"

@@ -20,16 +20,16 @@ from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.unit_of_work import SqlUnitOfWork
-from bridge.web.app import create_app
 from tests.conftest import Backend
 from tests.contract.lifecycle import create
 from tests.full_disk import FullDisk
+from tests.web.asgi_client import bridge_client
 from tests.web.conftest import FakeUpstream, make_container
 
 
 def get(container: Container, path: str) -> TestResponse:
     try:
-        return create_app(container).test_client().get(path)
+        return bridge_client(container).get(path)
     finally:
         container.http.close()
 
@@ -209,7 +209,7 @@ def test_the_reconciler_is_disabled_without_a_2x_data_directory(upstream: FakeUp
 
 def test_metrics_is_prometheus_text_with_the_forward_histogram_and_is_not_forwarded(upstream: FakeUpstream) -> None:
     container = make_container(upstream)
-    client = create_app(container).test_client()
+    client = bridge_client(container)
     client.get("/api/crons")
 
     response = client.get("/metrics")

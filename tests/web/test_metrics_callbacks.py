@@ -10,15 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from flask.testing import FlaskClient
 
 from bridge.domain.model import Mode
 from bridge.metrics import BridgeMetrics
 from bridge.service.flags import ORIGINS
-from bridge.web.app import create_app
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir
 from tests.conftest import Backend
+from tests.web.asgi_client import AsgiTestClient, bridge_client
 from tests.web.conftest import FakeUpstream, shadow_container
 
 BEGIN_S = 1_796_216_497
@@ -42,7 +41,7 @@ class Modes:
 
 @dataclass
 class Site:
-    client: FlaskClient
+    client: AsgiTestClient
     metrics: BridgeMetrics
     legacy: LegacyDataDir
     modes: Modes
@@ -66,7 +65,7 @@ class Site:
 def site(sql_backend: Backend, tmp_path: Path, upstream: FakeUpstream) -> Iterator[Site]:
     modes = Modes()
     with shadow_container(sql_backend, tmp_path, upstream, modes) as (container, legacy):
-        yield Site(create_app(container).test_client(use_cookies=False), container.metrics, legacy, modes)
+        yield Site(bridge_client(container), container.metrics, legacy, modes)
 
 
 def test_every_callback_kind_is_counted_with_the_mode_it_was_handled_in(site: Site) -> None:

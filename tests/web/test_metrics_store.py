@@ -19,8 +19,8 @@ from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
 from bridge.metrics_store import MISMATCH_KINDS, ROW_CAP, StoreGauges, _last_ok, _mismatches, _outbox
 from bridge.storage.schema import mismatches_table, projection_outbox_table, reconcile_passes_table, runs_table
-from bridge.web.app import create_app
 from tests.conftest import Backend
+from tests.web.asgi_client import bridge_client
 from tests.web.conftest import FakeUpstream, make_container
 
 NOW_S = 1_800_000_000.0
@@ -228,7 +228,7 @@ def test_a_store_that_cannot_be_read_never_fails_the_scrape(tmp_path: Path, upst
     container = make_container(upstream)
     container.metrics.registry.register(StoreGauges(broken, reconcile_interval_s=60))
 
-    response = create_app(container).test_client().get("/metrics")
+    response = bridge_client(container).get("/metrics")
     container.http.close()
 
     body = response.get_data(as_text=True)
@@ -282,7 +282,7 @@ def test_bootstrap_registers_the_store_gauges_on_the_apps_registry(served: Setti
     try:
         assert container.store is not None
         upgrade(container.store.engine)
-        body = create_app(container).test_client().get("/metrics").get_data(as_text=True)
+        body = bridge_client(container).get("/metrics").get_data(as_text=True)
     finally:
         container.close()
 

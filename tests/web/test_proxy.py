@@ -9,11 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
-from flask.testing import FlaskClient
 
 from bridge.bootstrap import Container
-from bridge.web.app import create_app
 from bridge.web.proxy import raw_target
+from tests.web.asgi_client import AsgiTestClient, bridge_client
 from tests.web.conftest import JSON_2X, OK_2X, FakeUpstream, make_container
 
 TOKEN = "Bearer 3c7a0bd5-secret-token"
@@ -48,17 +47,17 @@ class RecordingInterceptor:
             raise RuntimeError(f"boom {TOKEN}")
 
 
-def intercepted_client(upstream: FakeUpstream, interceptor: Any) -> tuple[FlaskClient, Container]:
+def intercepted_client(upstream: FakeUpstream, interceptor: Any) -> tuple[AsgiTestClient, Container]:
     container = make_container(upstream, interceptor=interceptor)
-    return create_app(container).test_client(use_cookies=False), container
+    return bridge_client(container), container
 
 
-def put_status(client: FlaskClient, path: str = "/open/crons/status?t=1784340000") -> Any:
+def put_status(client: AsgiTestClient, path: str = "/open/crons/status?t=1784340000") -> Any:
     return client.put(path, data=START_BODY, headers=SHELL_HEADERS)
 
 
 def test_a_status_callback_reaches_2x_with_its_method_raw_path_query_body_and_headers_unchanged(
-        client: FlaskClient, upstream: FakeUpstream) -> None:
+        client: AsgiTestClient, upstream: FakeUpstream) -> None:
     response = put_status(client)
 
     sent = upstream.last
@@ -74,35 +73,35 @@ def test_a_status_callback_reaches_2x_with_its_method_raw_path_query_body_and_he
 
 
 def test_no_accept_encoding_or_other_client_default_is_added_when_the_client_sent_none(
-        client: FlaskClient, upstream: FakeUpstream) -> None:
+        client: AsgiTestClient, upstream: FakeUpstream) -> None:
     client.get("/api/crons?searchValue=x&t=1", headers={"Authorization": TOKEN})
 
     names = {name.lower() for name in upstream.last.headers}
-    assert names == {"host", "user-agent", "authorization"}  # the test client's own User-Agent only
+    assert names == {"host", "authorization"}
 
 
 def test_the_raw_target_goes_upstream_even_where_httpx_would_normalise_or_requote_it(
-        client: FlaskClient, upstream: FakeUpstream) -> None:
+        client: AsgiTestClient, upstream: FakeUpstream) -> None:
     raw = '/api/a/./../b//c?filters={"a":1}&q=%E4%B8%AD%zz&t=1'
     client.get("/api/b/c", environ_overrides={"RAW_URI": raw})
 
     assert upstream.last.extensions["target"] == raw.encode("ascii")
 
 
-def test_the_raw_target_is_read_from_the_servers_raw_uri_or_rebuilt_from_path_info() -> None:
-    assert raw_target({"RAW_URI": "/open/crons/status?t=1"}) == b"/open/crons/status?t=1"
-    assert raw_target({"REQUEST_URI": "/x?"}) == b"/x?"
-    assert raw_target({"RAW_URI": "http://bridge:5701/api/x?t=2"}) == b"/api/x?t=2"
-    # PATH_INFO is decoded (latin-1 WSGI string); the raw query string is kept as it is.
-    environ = {"PATH_INFO": "/api/a b/%/\xe4\xb8\xad", "QUERY_STRING": "t=1&q=%20"}
-    assert raw_target(environ) == b"/api/a%20b/%25/%E4%B8%AD?t=1&q=%20"
+def test_the_raw_target_is_read_from_the_servers_raw_path_or_rebuilt_from_the_decoded_path() -> None:
+    assert raw_target({"raw_path": b"/open/crons/status", "query_string": b"t=1"}) == b"/open/crons/status?t=1"
+    assert raw_target({"raw_path": b"http://bridge:5701/api/x", "query_string": b"t=2"}) == b"/api/x?t=2"
+    # Without a raw path the decoded one is quoted again; the raw query string is kept as it is.
+    scope = {"path": "/api/a b/%/\u4e2d", "query_string": b"t=1&q=%20"}
+    assert raw_target(scope) == b"/api/a%20b/%25/%E4%B8%AD?t=1&q=%20"
     # Bytes a request line cannot carry raw are percent-encoded, visible ASCII is not touched.
-    assert raw_target({"RAW_URI": "/\xe4\xb8\xad?a=\"{}|\""}) == b'/%E4%B8%AD?a="{}|"'
+    assert raw_target({"raw_path": "/\xe4\xb8\xad".encode("latin-1"), "query_string": b'a="{}|"'}) == \
+        b'/%E4%B8%AD?a="{}|"'
 
 
 @pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "pre-read"])
 def test_an_upstream_gzip_body_is_relayed_still_compressed_byte_for_byte(
-        client: FlaskClient, upstream: FakeUpstream, streamed: bool) -> None:
+        client: AsgiTestClient, upstream: FakeUpstream, streamed: bool) -> None:
     compressed = gzip.compress('{"code":200,"data":[{"name":"中文"}]}'.encode() * 50)
     headers = {"Content-Type": JSON_2X, "Content-Encoding": "gzip", "Content-Length": str(len(compressed)),
                "ETag": 'W/"abc"', "Vary": "Accept-Encoding"}
@@ -119,7 +118,7 @@ def test_an_upstream_gzip_body_is_relayed_still_compressed_byte_for_byte(
     assert upstream.last.headers["Accept-Encoding"] == "gzip"
 
 
-def test_every_set_cookie_header_from_upstream_is_kept(client: FlaskClient, upstream: FakeUpstream) -> None:
+def test_every_set_cookie_header_from_upstream_is_kept(client: AsgiTestClient, upstream: FakeUpstream) -> None:
     cookies = ["a=1; Path=/; HttpOnly", "b=2; Path=/", "c=3; Expires=Wed, 21 Oct 2037 07:28:00 GMT"]
     upstream.reply = lambda _r: httpx.Response(200, headers=[("Set-Cookie", c) for c in cookies], content=b"")
 
@@ -128,7 +127,7 @@ def test_every_set_cookie_header_from_upstream_is_kept(client: FlaskClient, upst
     assert response.headers.getlist("Set-Cookie") == cookies
 
 
-def test_upstreams_status_and_error_body_are_relayed_unchanged(client: FlaskClient, upstream: FakeUpstream) -> None:
+def test_upstreams_status_and_error_body_are_relayed_unchanged(client: AsgiTestClient, upstream: FakeUpstream) -> None:
     body = '{"code":401,"message":"请先登录"}'.encode()
     upstream.reply = lambda _r: httpx.Response(401, headers={"Content-Type": JSON_2X}, content=body)
 
@@ -137,7 +136,7 @@ def test_upstreams_status_and_error_body_are_relayed_unchanged(client: FlaskClie
     assert (response.status_code, response.get_data(), response.content_type) == (401, body, JSON_2X)
 
 
-def test_hop_by_hop_headers_are_dropped_in_both_directions(client: FlaskClient, upstream: FakeUpstream) -> None:
+def test_hop_by_hop_headers_are_dropped_in_both_directions(client: AsgiTestClient, upstream: FakeUpstream) -> None:
     upstream.reply = lambda _r: httpx.Response(200, headers=[
         ("Connection", "keep-alive, X-Hop-Down"), ("Keep-Alive", "timeout=5"), ("X-Hop-Down", "1"),
         ("Date", "Tue, 01 Jan 2030 00:00:00 GMT"), ("Server", "node"), ("X-Powered-By", "Express"),
@@ -151,13 +150,15 @@ def test_hop_by_hop_headers_are_dropped_in_both_directions(client: FlaskClient, 
     assert sent.isdisjoint({"connection", "x-hop-up", "keep-alive", "te", "proxy-authorization", "upgrade",
                             "expect"})
     received = {name.lower() for name in response.headers.keys()}
-    assert received.isdisjoint({"connection", "keep-alive", "x-hop-down", "date", "server"})
+    assert received.isdisjoint({"connection", "keep-alive", "x-hop-down"})
+    # The server adds neither Date nor Server of its own, so 2.x's go back as they were.
+    assert (response.headers["Date"], response.headers["Server"]) == ("Tue, 01 Jan 2030 00:00:00 GMT", "node")
     assert response.headers["X-Powered-By"] == "Express"
     assert response.headers["Location"] == "/ql/login?redirect=%2F"  # relative, not made absolute
     assert response.get_data() == b"<html>"
 
 
-def test_a_response_without_content_type_gets_none_added(client: FlaskClient, upstream: FakeUpstream) -> None:
+def test_a_response_without_content_type_gets_none_added(client: AsgiTestClient, upstream: FakeUpstream) -> None:
     upstream.reply = lambda _r: httpx.Response(200, content=b"plain bytes")
 
     response = client.get("/api/raw")
@@ -167,7 +168,7 @@ def test_a_response_without_content_type_gets_none_added(client: FlaskClient, up
 
 
 def test_head_is_forwarded_as_head_and_keeps_upstreams_content_length(
-        client: FlaskClient, upstream: FakeUpstream) -> None:
+        client: AsgiTestClient, upstream: FakeUpstream) -> None:
     upstream.reply = lambda _r: httpx.Response(200, headers={"Content-Length": "1234", "Content-Type": JSON_2X},
                                                stream=httpx.ByteStream(b""))
 
@@ -179,10 +180,11 @@ def test_head_is_forwarded_as_head_and_keeps_upstreams_content_length(
 
 @pytest.mark.parametrize(("method", "target"), [
     ("OPTIONS", "/api/crons"), ("GET", "/api/crons/"), ("GET", "/static/umi.3f2a.js"), ("DELETE", "/open/crons"),
-    ("PATCH", "/api/x//y"), ("GET", "/"), ("POST", "/healthz"), ("GET", "/metrics/"),
+    ("PATCH", "/api/x//y"), ("GET", "/"), ("POST", "/healthz"), ("GET", "/metrics/"), ("PROPFIND", "/api/crons"),
+    ("POST", "/bridge/flags"), ("GET", "/bridge/other"),
 ])
 def test_flask_answers_nothing_itself_every_unclaimed_method_and_path_reaches_2x(
-        client: FlaskClient, upstream: FakeUpstream, method: str, target: str) -> None:
+        client: AsgiTestClient, upstream: FakeUpstream, method: str, target: str) -> None:
     response = client.open(target, method=method, environ_overrides={"RAW_URI": target})
 
     assert response.status_code == 200 and response.get_data() == OK_2X
@@ -192,7 +194,7 @@ def test_flask_answers_nothing_itself_every_unclaimed_method_and_path_reaches_2x
 @pytest.mark.parametrize("error", [httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout,
                                    httpx.RemoteProtocolError, httpx.ReadError])
 def test_an_unreachable_upstream_is_a_502_in_2x_shape(
-        client: FlaskClient, upstream: FakeUpstream, error: type[httpx.TransportError]) -> None:
+        client: AsgiTestClient, upstream: FakeUpstream, error: type[httpx.TransportError]) -> None:
     def fail(request: httpx.Request) -> httpx.Response:
         raise error("upstream gone", request=request)
     upstream.reply = fail
@@ -206,7 +208,7 @@ def test_an_unreachable_upstream_is_a_502_in_2x_shape(
 
 
 def test_an_unreachable_upstream_is_logged_in_one_line_without_body_token_or_query(
-        client: FlaskClient, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture) -> None:
+        client: AsgiTestClient, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture) -> None:
     def fail(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
     upstream.reply = fail
@@ -293,7 +295,7 @@ def test_only_a_put_to_the_exact_status_paths_is_shown_to_the_interceptor(
 
 
 def test_every_forward_is_timed_in_bridge_forward_seconds(
-        client: FlaskClient, container: Container, upstream: FakeUpstream) -> None:
+        client: AsgiTestClient, container: Container, upstream: FakeUpstream) -> None:
     client.get("/api/a")
 
     def fail(request: httpx.Request) -> httpx.Response:
@@ -302,3 +304,17 @@ def test_every_forward_is_timed_in_bridge_forward_seconds(
     client.get("/api/b")
 
     assert container.metrics.value("ql_bridge_forward_seconds_count") == 2
+
+
+def test_when_the_panel_holds_the_connection_limit_open_it_gets_503_and_callbacks_still_pass(
+        upstream: FakeUpstream) -> None:
+    calls: list[Any] = []
+    client, container = intercepted_client(upstream, RecordingInterceptor(calls))
+    client.app.pass_through.in_flight = container.settings.connection_limit  # as if that many streams were open
+
+    refused = client.get("/api/crons")
+    callback = put_status(client)
+
+    assert refused.status_code == 503 and refused.get_json()["code"] == 503
+    assert callback.status_code == 200 and [c[0] for c in calls] == ["before", "after"]
+    assert [r.url.path for r in upstream.requests] == ["/open/crons/status"]

@@ -1,4 +1,4 @@
-"""The real thing: waitress serving the app in a subprocess, in front of a tiny upstream on a real socket."""
+"""The real thing: uvicorn serving the app in a subprocess, in front of a tiny upstream on a real socket."""
 
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 from bridge.config import Settings
-from bridge.web.server import waitress_options
+from bridge.web.http_protocol import HEADER_LIMIT_BYTES, BridgeH11Protocol
+from bridge.web.server import uvicorn_config
+from tests.web.asgi_client import bridge_client
+from tests.web.conftest import FakeUpstream, make_container
 
 COMPRESSED = gzip.compress('{"code":200,"data":{"name":"中文","bytes":"\\u0000\\uffff"}}'.encode() * 20)
 JSON_2X = "application/json; charset=utf-8"
@@ -118,16 +121,21 @@ def bridge_port(tiny_upstream: TinyUpstream, tmp_path: Path) -> Iterator[int]:
             process.wait()
 
 
-def test_waitress_takes_the_settings_and_never_rewrites_forwarding_headers() -> None:
+def test_uvicorn_takes_the_settings_logs_no_request_line_and_never_rewrites_forwarding_headers() -> None:
     settings = Settings.from_env({"BRIDGE_LISTEN": "0.0.0.0:5800", "BRIDGE_THREADS": "8",
-                                  "BRIDGE_IDLE_TIMEOUT_S": "7", "BRIDGE_CONNECTION_LIMIT": "300"})
+                                  "BRIDGE_IDLE_TIMEOUT_S": "7", "BRIDGE_HEADERS_TIMEOUT_S": "9",
+                                  "BRIDGE_DRAIN_TIMEOUT_S": "3"})
+    client = bridge_client(make_container(FakeUpstream()))
 
-    options = waitress_options(settings)
+    config = uvicorn_config(client.app, settings)
 
-    assert (options["host"], options["port"], options["threads"]) == ("0.0.0.0", 5800, 8)
-    assert (options["channel_timeout"], options["connection_limit"]) == (7, 300)
-    assert options["max_request_header_size"] >= 16 * 1024  # never below Node's limit
-    assert options["clear_untrusted_proxy_headers"] is False and options["asyncore_use_poll"] is True
+    assert (config.host, config.port, config.timeout_keep_alive, config.timeout_graceful_shutdown) == \
+        ("0.0.0.0", 5800, 7, 3)
+    assert issubclass(config.http, BridgeH11Protocol) and config.http.deadlines.headers_s == 9  # type: ignore[arg-type]
+    assert HEADER_LIMIT_BYTES >= 16 * 1024  # never below Node's limit
+    assert config.access_log is False and config.proxy_headers is False and config.ws == "wsproto"
+    assert config.ws_ping_interval is None  # no idle timeout shorter than 2.x's 25 s SockJS heartbeat
+    client.close()
 
 
 def test_several_workers_are_refused_with_one_line_naming_the_variable() -> None:

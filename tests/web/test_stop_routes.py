@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.web.app import create_app
+from tests.web.asgi_client import bridge_client
 from tests.web.conftest import JSON_2X, FakeUpstream, make_container
 
 STOPPED = '{"code":200,"message":"实例已停止"}'.encode()
@@ -29,7 +29,7 @@ class AnswerRecorder:
 
 def send(upstream: FakeUpstream, method: str, target: str, body: bytes = b"") -> tuple[httpx.Response, Any]:
     recorder = AnswerRecorder()
-    client = create_app(make_container(upstream, interceptor=recorder)).test_client(use_cookies=False)
+    client = bridge_client(make_container(upstream, interceptor=recorder))
     response = client.open(target, method=method, data=body, headers=HEADERS, environ_overrides={"RAW_URI": target})
     return response, recorder.calls
 

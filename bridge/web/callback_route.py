@@ -1,0 +1,162 @@
+"""The intercepted routes (status callbacks and stops), served with capacity of their own.
+
+The body (a task shell's is ~250 bytes) is read on the event loop; then the whole exchange, the interceptor's
+blocking steps (parsing with 2.x's rules, 2.x's Crontabs read, the shadow write's wait) and the forward between
+them, runs in one hop on the callback pool, a thread pool that nothing else uses, with a connection pool to 2.x
+of its own (the container's client), so no panel request, stream or WebSocket can queue a callback behind it.
+2.x's answer goes back unchanged (fail-open); in primary mode the interceptor's LocalAnswer goes back instead
+and nothing is forwarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from typing import Protocol
+
+import httpx
+
+from bridge.callbacks.answers import LocalAnswer
+from bridge.callbacks.routes import InterceptedRoute
+from bridge.metrics import BridgeMetrics
+from bridge.web.asgi_io import ClientGone, Receive, Scope, Send, read_up_to, send_whole
+from bridge.web.proxy import (
+    PassThrough,
+    build_upstream_request,
+    downstream_headers,
+    path_only,
+    send_bad_gateway,
+)
+
+log = logging.getLogger("bridge.proxy")
+ANSWER_CAP_BYTES = 64 * 1024  # what of a stop's answer is decoded for the interceptor (2.x's is ~50 bytes)
+
+
+class CallbackInterceptor(Protocol):
+    """Sees a status callback before and after 2.x does; must not raise and keeps its own time budget."""
+
+    def before_forward(self, path: str, body: bytes, headers: Mapping[str, str]) -> object | None:
+        """Return None or a token for after_forward; a LocalAnswer means "answer this yourself" (primary)."""
+        ...
+
+    def after_forward(self, prepared: object, upstream_status: int, answer: bytes | None = None) -> None:
+        """``answer`` (2.x's body without its content coding) is passed for the stop routes only."""
+        ...
+
+
+class CallbackRoute:
+    def __init__(self, interceptor: CallbackInterceptor, pool: Executor, client: httpx.Client,
+                 legacy_url: str, metrics: BridgeMetrics, body_cap_bytes: int, pass_through: PassThrough) -> None:
+        self._interceptor = interceptor
+        self._pool = pool
+        self._client = client
+        self._legacy_url = legacy_url
+        self._metrics = metrics
+        self._cap = body_cap_bytes
+        self._pass_through = pass_through
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, target: bytes,
+                       route: InterceptedRoute) -> None:
+        try:
+            body, whole = await read_up_to(receive, self._cap)
+        except ClientGone:
+            return
+        if not whole or len(body) > self._cap:
+            # The shell's body is ~250 bytes: a huge one is 2.x's to judge, never parsed or held by the bridge.
+            self._metrics.callback_body_oversize(path_only(target))
+            await self._pass_through(scope, receive, send, target, head=body, head_is_whole=whole)
+            return
+        headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]])
+        upstream = build_upstream_request(self._legacy_url, scope["method"], target, scope["headers"], body,
+                                          len(body))
+        # One hop to the callback pool for the whole exchange: the interceptor's steps and the forward between
+        # them are blocking work on threads nothing else uses, with 2.x on a connection pool of their own.
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(self._pool, self._exchange, path_only(target), upstream, route,
+                                            headers)
+        if isinstance(answer, httpx.TransportError):
+            log.warning("forward %s %s failed: 2.x unreachable (%s)", scope["method"], path_only(target),
+                        type(answer).__name__)
+            await send_bad_gateway(send, answer)
+        elif isinstance(answer, LocalAnswer):  # primary mode: the bridge is the truth and answers the shell
+            await send_whole(send, answer.status, [(b"content-type", answer.content_type.encode()),
+                                                   (b"content-length", str(len(answer.body)).encode())],
+                             answer.body)
+        else:
+            response, content = answer
+            await send_whole(send, response.status_code, downstream_headers(response.headers.raw), content)
+
+    def _exchange(self, path: str, upstream: httpx.Request, route: InterceptedRoute, headers: Mapping[str, str]) \
+            -> LocalAnswer | httpx.TransportError | tuple[httpx.Response, bytes]:
+        """On the callback pool: before_forward, the forward, after_forward (only when there is something)."""
+        prepared = self._before_forward(path, upstream.content, headers)
+        if isinstance(prepared, LocalAnswer):
+            return prepared
+        try:
+            response, content = self._send(upstream)
+        except httpx.TransportError as exc:
+            return exc
+        if prepared is not None:
+            answer = answer_body(response, content) if route.answer_is_read else None
+            self._after_forward(prepared, response.status_code, answer)
+        return response, content
+
+    def _send(self, upstream: httpx.Request) -> tuple[httpx.Response, bytes]:
+        started = time.perf_counter()
+        try:
+            response = self._client.send(upstream, stream=True)
+            try:
+                content = raw_body(response)  # the wire bytes: a gzip/br body stays compressed, byte for byte
+            finally:
+                response.close()
+            return response, content  # status and headers stay readable after close()
+        finally:
+            self._metrics.forward_seconds.observe(time.perf_counter() - started)
+
+    def _before_forward(self, path: str, body: bytes, headers: Mapping[str, str]) -> object | None:
+        try:
+            return self._interceptor.before_forward(path, body, headers)
+        except Exception as exc:  # noqa: BLE001 - fail-open: the callback must reach 2.x regardless
+            self._failed("before_forward", exc)
+            return None
+
+    def _after_forward(self, prepared: object, upstream_status: int, answer: bytes | None) -> None:
+        try:
+            if answer is None:
+                self._interceptor.after_forward(prepared, upstream_status)
+            else:
+                self._interceptor.after_forward(prepared, upstream_status, answer)
+        except Exception as exc:  # noqa: BLE001 - fail-open: 2.x's answer goes back unchanged
+            self._failed("after_forward", exc)
+
+    def _failed(self, stage: str, exc: Exception) -> None:
+        # Type name only: an exception message may quote the body (log_path, pid) or a token.
+        log.error("callback interceptor %s failed: %s", stage, type(exc).__name__)
+        self._metrics.shadow_write_failed("unknown", "internal")
+
+
+def raw_body(response: httpx.Response) -> bytes:
+    """The body as it came off the wire, chunks joined."""
+    if response.is_stream_consumed:
+        # Built pre-read (a MockTransport handler passing content=...): .content may be decoded already,
+        # but the response's stream still holds the raw bytes.
+        return b"".join(response.stream)  # type: ignore[arg-type]
+    return b"".join(response.iter_raw())
+
+
+def answer_body(response: httpx.Response, content: bytes) -> bytes | None:
+    """2.x's answer without its content coding (compression() leaves bodies under 1 kB as they are)."""
+    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    if coding == "identity":
+        return content
+    wbits = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}.get(coding)
+    if wbits is None:
+        return None
+    try:
+        return zlib.decompressobj(wbits).decompress(content, ANSWER_CAP_BYTES)
+    except zlib.error:
+        return None

@@ -1,0 +1,202 @@
+"""The bridge's HTTP/1.1 connections under uvicorn (h11): deadlines, framing as Node refuses it, 2.x-shaped refusals.
+
+uvicorn parses with h11 and hands each request to the ASGI app on the event loop; a slow or huge client costs
+a socket and at most uvicorn's 64 KiB read-ahead, never a thread. This protocol adds what uvicorn leaves out:
+
+- a deadline for a request still arriving (its headers, then the whole request), after which the connection
+  gets a 408 and is closed: a client that trickles a byte a second cannot keep a socket forever; a new
+  connection that sends nothing is closed after the idle timeout, as a kept-alive one is;
+- framing that llhttp (Node's parser, which 2.x runs on) refuses and h11 would accept: a request with both
+  Content-Length and Transfer-Encoding gets a 400 from the bridge and never reaches 2.x;
+- the server's own refusals (bad framing, headers over the limit, a request that timed out) in 2.x's JSON
+  error shape, ``{"code":<status>,"message":"<reason>"}``, never echoing what the client sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+JSON_2X = "application/json; charset=utf-8"  # what Express's res.json sets
+# Node's http server refuses more than 16 KiB of request line and headers with 431; the bridge allows four
+# times as much, so it never refuses what 2.x would answer, and bounds what one connection may pin.
+HEADER_LIMIT_BYTES = 64 * 1024
+REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Payload Too Large",
+           431: "Request Header Fields Too Large", 501: "Not Implemented"}
+
+
+@dataclass(frozen=True)
+class RequestDeadlines:
+    """How long a request may take to arrive, in seconds (Node's own defaults are 60 and 300)."""
+
+    headers_s: float
+    request_s: float
+
+
+def refusal_body(status: int, reason: str) -> bytes:
+    """2.x's error shape with a fixed reason phrase: nothing from the request goes back."""
+    return json.dumps({"code": status, "message": reason}, separators=(",", ":")).encode("ascii")
+
+
+def refusal(status: int) -> bytes:
+    """A whole HTTP/1.1 answer (as Node answers, even when the request line could not be read) that closes."""
+    reason = REASONS.get(status, "Bad Request")
+    body = refusal_body(status, reason)
+    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {JSON_2X}\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: close\r\n\r\n").encode("ascii") + body
+
+
+class StrictH11Connection(h11.Connection):  # type: ignore[misc]
+    """h11 with llhttp's stricter framing rule, remembering the status its last refusal hinted at."""
+
+    refused_with = 400
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as exc:
+            self.refused_with = exc.error_status_hint
+            raise
+        if isinstance(event, h11.Request):
+            if _head_size(event) > HEADER_LIMIT_BYTES:
+                # h11 bounds only a head still arriving; one that came in a single read is measured here.
+                self.refused_with = 431
+                raise h11.RemoteProtocolError("request head over the limit", 431)
+            if _framed_twice(event.headers):
+                self.refused_with = 400
+                raise h11.RemoteProtocolError("Content-Length and Transfer-Encoding together", 400)
+        return event
+
+
+def _head_size(event: h11.Request) -> int:
+    return len(event.method) + len(event.target) + 12 + sum(len(k) + len(v) + 4 for k, v in event.headers)
+
+
+def _framed_twice(headers: Any) -> bool:
+    names = {name for name, _ in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
+class CorkedTransport:
+    """The connection's transport, with the writes of one event-loop turn sent together: an answer's head and
+    its body leave in one segment, as waitress sent them, instead of one syscall each."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.raw = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data, self._pending = b"".join(self._pending), []
+            if not self.raw.is_closing():
+                self.raw.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self.raw.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+class BridgeH11Protocol(H11Protocol):  # type: ignore[misc]
+    """One client connection: uvicorn's h11 protocol with the bridge's deadlines and refusals."""
+
+    deadlines = RequestDeadlines(60, 300)  # replaced per server by ``protocol_with``
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn = StrictH11Connection(h11.SERVER, max_incomplete_event_size=HEADER_LIMIT_BYTES)
+        self.request_began: float | None = None
+        self.cycle_before: Any = None  # the previous request's cycle: a new one means the headers are in
+        self.deadline_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
+        # A connection that never sends a byte is idle, like a kept-alive one between requests.
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def data_received(self, data: bytes) -> None:
+        if self.request_began is None and data:
+            self.request_began = time.monotonic()
+            self.cycle_before = self.cycle
+            self._arm(self.deadlines.headers_s)
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        # The answer is out: whatever comes next on this connection is a new request with a clock of its own.
+        self._disarm()
+        self.request_began = None
+        super().on_response_complete()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._disarm()  # the WebSocket has its own life from here; no request deadline applies to it
+        self.transport.flush()
+        self.transport = self.transport.raw  # wsproto writes its frames itself
+        super().handle_websocket_upgrade(event)
+
+    def send_400_response(self, msg: str) -> None:
+        """h11 could not read the request: answer in 2.x's shape with the status h11 hinted (400, 431, 501)."""
+        self._disarm()
+        answered = self.cycle is not None and self.cycle.response_started
+        if self.cycle is not None:
+            self.cycle.disconnected = True  # the app's further sends go nowhere
+        if not answered and not self.transport.is_closing():
+            self.transport.write(refusal(getattr(self.conn, "refused_with", 400)))
+        self.transport.close()
+
+    # -- request deadlines ------------------------------------------------------------------------
+
+    def _arm(self, after_s: float) -> None:
+        self._disarm()
+        self.deadline_timer = self.loop.call_later(max(0.0, after_s), self._check_deadline)
+
+    def _disarm(self) -> None:
+        if self.deadline_timer is not None:
+            self.deadline_timer.cancel()
+            self.deadline_timer = None
+
+    def _check_deadline(self) -> None:
+        self.deadline_timer = None
+        if self.request_began is None or self.transport.is_closing():
+            return
+        age = time.monotonic() - self.request_began
+        headers_done = self.cycle is not None and self.cycle is not self.cycle_before
+        if headers_done and not self.cycle.more_body:
+            return  # the whole request is in: what is left is the answer, which has no deadline here
+        limit = self.deadlines.request_s if headers_done else self.deadlines.headers_s
+        if age < limit:
+            self._arm(limit - age)
+            return
+        self.refuse_as_timed_out()
+
+    def refuse_as_timed_out(self) -> None:
+        """Answer 408 in 2.x's shape (unless an answer has begun) and close."""
+        answered = self.cycle is not None and self.cycle.response_started
+        if self.cycle is not None:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()  # an app waiting for more body sees the disconnect
+        if not answered:
+            self.transport.write(refusal(408))
+        self.transport.close()
+
+
+def protocol_with(deadlines: RequestDeadlines) -> type[BridgeH11Protocol]:
+    """The protocol class uvicorn instantiates per connection, carrying this server's deadlines."""
+    return type("BridgeH11Protocol", (BridgeH11Protocol,), {"deadlines": deadlines})
