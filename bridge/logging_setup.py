@@ -1,4 +1,4 @@
-"""One log format for every line of a bridge process: its own, waitress's and the libraries'.
+"""One log format for every line of a bridge process: its own, uvicorn's and the libraries'.
 
 ``BRIDGE_LOG_FORMAT=text`` (the default) writes ``<time> [<pid>] <LEVEL> <logger>: <message>``;
 ``json`` writes one JSON object per line, ``{"ts", "level", "logger", "message", "pid"}`` (plus ``exc``

@@ -1,10 +1,9 @@
-"""Cap glibc's malloc arenas in the serving worker, so its memory stays flat over a long run.
+"""Cap glibc's malloc arenas in the serving process, so its memory stays flat over a long run.
 
 glibc gives each thread that meets contention an arena of its own, up to eight per core, and keeps every
-arena's freed memory for reuse by that arena. The gthread worker runs 16 request threads plus the shadow
-lanes; over 100,000 callbacks its RSS grew by tens of MiB, all of it in those arenas (Python's own small
-object allocator stayed flat). Two arenas make the worker's RSS flat at no measurable cost in latency
-(tests/bench/bench_shadow_http.py prints both). An operator's own MALLOC_ARENA_MAX is left in charge.
+arena's freed memory for reuse by that arena; the serving process runs the callback pool, the shadow lanes and
+the own-endpoint pool, and without a cap its RSS grows by tens of MiB in those arenas over a long run. Two arenas
+keep it flat at no measurable cost in latency. An operator's own MALLOC_ARENA_MAX is left in charge.
 """
 
 from __future__ import annotations
