@@ -21,9 +21,10 @@ from typing import Protocol
 
 from bridge.domain.aggregate import RunChange
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
-from bridge.domain.events import CALLBACK_MISMATCH_KINDS, STOP_CODES, Actor, ActorType, ErrorCode, EventType
+from bridge.domain.events import STOP_CODES, Actor, ActorType, ErrorCode, EventType
 from bridge.domain.keys import execution_key
 from bridge.domain.ladder import bring_attempt_to_running, bring_run_to_running, open_to_running
+from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.ports import (
     ActiveCandidate,
@@ -500,8 +501,7 @@ def _late(tx: RunTransaction, change: RunChange, attempt: RunAttempt | None, kin
 
 
 def _unplaced(tx: RunTransaction, facts: CallbackFacts, outcome: Outcome, run_ids: list[str]) -> ShadowResult:
-    unmatched, ambiguous = CALLBACK_MISMATCH_KINDS
-    kind = ambiguous if outcome is Outcome.AMBIGUOUS else unmatched
+    kind = (MismatchKind.AMBIGUOUS_CALLBACK if outcome is Outcome.AMBIGUOUS else MismatchKind.UNMATCHED_CALLBACK).value
     tx.store.record_mismatch(MismatchRecord(
         kind=kind, dedupe_key=f"{kind}:{facts.cron_id}:{facts.end_key}", seen_at_ms=tx.at_ms,
         legacy_cron_id=facts.cron_id,
