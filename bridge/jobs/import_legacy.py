@@ -58,7 +58,7 @@ from sqlalchemy import Engine
 from bridge.config import Settings, local_zone_name
 from bridge.domain.aggregate import ChangeSet, RunChange
 from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
-from bridge.domain.events import Actor, ActorType, ErrorCode
+from bridge.domain.events import Actor, ActorType
 from bridge.domain.keys import import_key
 from bridge.domain.ladder import open_to_running
 from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
@@ -73,7 +73,7 @@ from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.identity import instance_import_key, speaking_row, task_id, task_revision
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin
 from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader, detect_scheduler_mode
-from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.schema import ENDED_INSTANCE, EndedAs, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects
 
@@ -347,19 +347,7 @@ def _instance_span(copy: Path, after_id: int) -> tuple[int, int]:
 # -- the import loop ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Ended:
-    run: RunStatus
-    attempt: AttemptStatus
-    error_code: str | None
-
-
-_ENDED = {
-    int(InstanceStatus.FINISHED): _Ended(RunStatus.SUCCEEDED, AttemptStatus.SUCCEEDED, None),
-    int(InstanceStatus.ERROR): _Ended(RunStatus.FAILED, AttemptStatus.FAILED, ErrorCode.PROCESS_EXIT_ERROR.value),
-    int(InstanceStatus.STOPPED): _Ended(RunStatus.CANCELLED, AttemptStatus.CANCELLED,
-                                        ErrorCode.CANCELLED_BY_USER.value),
-}
+_ENDED = {int(status): ended for status, ended in ENDED_INSTANCE.items()}
 
 
 class _Pacing:
@@ -651,12 +639,12 @@ def _snapshot(cron: LegacyCron, revision: str, at_ms: int) -> TaskSnapshot:
                         created_at_ms=at_ms)
 
 
-def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: _Ended) -> tuple[ChangeSet, RunStatus]:
+def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: EndedAs) -> tuple[ChangeSet, RunStatus]:
     """A terminal Run + Attempt 1 up the opening ladder and on to the end, each step marked synthesized, and the
     status reached."""
     instance, started, finished = plan.instance, plan.started_ms, plan.finished_ms
     cron_id = instance.cron_id or 0
-    error_code = ended.error_code
+    error_code = ended.error_code.value if ended.error_code is not None else None
     if instance.status == InstanceStatus.STOPPED and instance.finished_at is None:
         error_code = FINISH_TIME_UNKNOWN  # 2.x's boot reset (legacy-2x.md 5.1): when it ended is not known
     created = started if started is not None else build.at_ms

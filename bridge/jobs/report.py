@@ -35,7 +35,7 @@ from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.identity import instance_import_key
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
-from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.gates import GateThresholds, OriginFigures, ThresholdError, Window
 from projections.report import assemble, example, origin_entry, timeline, to_json, unobservable_entry
@@ -52,8 +52,7 @@ UNKNOWN = "unknown"
 UNOBSERVABLE = frozenset({Origin.SUBSCRIPTION.value, Origin.SYSTEM.value})
 ORIGIN_ORDER = (*(o.value for o in Origin), UNKNOWN)
 # legacy-2x.md 2.8: the shadow Run status each ended InstanceStatus should sit beside.
-EXPECTED_STATUS = {int(InstanceStatus.FINISHED): "succeeded", int(InstanceStatus.ERROR): "failed",
-                   int(InstanceStatus.STOPPED): "cancelled"}
+EXPECTED_STATUS = {int(status): ended.run.value for status, ended in ENDED_INSTANCE.items()}
 ProgressCallback = Callable[[int, int], None]  # (rows scanned so far, rows to scan), in instance ids
 
 
