@@ -99,6 +99,10 @@ class Mode(StrEnum):
 IMPORTED_MODE = "legacy_import"
 
 
+# The project every Run of a 2.x execution lives in (shadow, primary and imported alike): 2.x has no projects.
+PROJECT_ID = "default"
+
+
 class Origin(StrEnum):
     MANUAL = "manual"
     BOOT = "boot"

@@ -61,12 +61,12 @@ from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
 from bridge.domain.events import Actor, ActorType
 from bridge.domain.keys import import_key
 from bridge.domain.ladder import open_to_running
-from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.domain.model import IMPORTED_MODE, PROJECT_ID, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
 from bridge.service.imports import CURSOR_KEY, ImportStore, ImportUnitOfWork
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
-from bridge.service.shadow import PROJECT_ID, CallbackFacts
+from bridge.service.shadow import CallbackFacts
 from bridge.storage.migrate import current_revision, head_revision
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError

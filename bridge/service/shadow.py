@@ -25,7 +25,7 @@ from bridge.domain.events import STOP_CODES, Actor, ActorType, ErrorCode, EventT
 from bridge.domain.keys import execution_key
 from bridge.domain.ladder import bring_attempt_to_running, bring_run_to_running, open_to_running
 from bridge.domain.mismatches import MismatchKind
-from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.domain.model import PROJECT_ID, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
 from bridge.service.ports import (
     ActiveCandidate,
     DedupeKeyTakenError,
@@ -35,7 +35,6 @@ from bridge.service.ports import (
 )
 from bridge.service.run_service import RunService, RunTransaction
 
-PROJECT_ID = "default"
 CANDIDATE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
 STORED_REVISIONS_KEPT = 4096
 SHELL = Actor(ActorType.LEGACY_SHELL)

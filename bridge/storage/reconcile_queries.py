@@ -14,7 +14,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from bridge.domain.mismatches import CALLBACK_MISMATCH_KINDS, stored
 from bridge.domain.mismatches import RECONCILER_KINDS as _RECONCILER
-from bridge.domain.model import IMPORTED_MODE, RUN_TERMINAL
+from bridge.domain.model import IMPORTED_MODE, PROJECT_ID, RUN_TERMINAL
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.schema import (
     job_leases_table,
@@ -57,7 +57,7 @@ class SqlReconcileStore:
                        a.c.status.label("attempt_status"), a.c.exit_code, a.c.started_at_ms, a.c.finished_at_ms,
                        a.c.pid, a.c.executor_handle)
                 .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
-                .where(r.c.project_id == "default", r.c.idempotency_key.in_(list(keys))))
+                .where(r.c.project_id == PROJECT_ID, r.c.idempotency_key.in_(list(keys))))
         with self.read() as conn:
             return {row.idempotency_key: dict(row._mapping) for row in conn.execute(stmt)}
 

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.events import EventType
 from bridge.domain.mismatches import CALLBACK_MISMATCH_KINDS, stored
-from bridge.domain.model import IMPORTED_MODE
+from bridge.domain.model import IMPORTED_MODE, PROJECT_ID
 from bridge.service.reports import MAX_KEYS
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import translate_operational_error
@@ -29,7 +29,6 @@ from bridge.storage.schema import (
     runs_table,
 )
 
-PROJECT_ID = "default"  # shadow Runs live in the default project (bridge/service/shadow.py)
 SHADOW_WRITE_FAILED = EventType.COMPAT_SHADOW_WRITE_FAILED.value
 _CALLBACK_KINDS = stored(CALLBACK_MISMATCH_KINDS)
 DAY_MS = 86_400_000
