@@ -9,6 +9,7 @@ import json
 from collections.abc import Collection, Sequence
 
 from bridge.domain.keys import execution_key, import_key, imported_execution_key
+from bridge.service.ports import TaskSnapshot
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.reader import LegacyCron, LegacyInstance
@@ -29,6 +30,13 @@ def task_revision(cron: LegacyCron) -> str:
     values.append(list(cron.extra_schedules or ()))
     canonical = json.dumps(values, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
+
+def task_snapshot(cron: LegacyCron, revision: str, at_ms: int) -> TaskSnapshot:
+    """What the cron runs at ``revision`` (its ``task_revision``), as the store keeps it once per revision."""
+    return TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id, name=cron.name,
+                        command=cron.command, schedule=cron.schedule, work_dir=cron.work_dir, log_name=cron.log_name,
+                        created_at_ms=at_ms)
 
 
 def instance_execution_key(cron_id: int | None, pid: int | None, log_path: str | None,

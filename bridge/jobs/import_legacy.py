@@ -70,9 +70,9 @@ from bridge.service.shadow import CallbackFacts
 from bridge.storage.migrate import current_revision, head_revision
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
-from legacy_adapters.identity import instance_import_key, speaking_row, task_id, task_revision
+from legacy_adapters.identity import instance_import_key, speaking_row, task_id, task_revision, task_snapshot
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin
-from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader, detect_scheduler_mode
+from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
 from legacy_adapters.schema import ENDED_INSTANCE, EndedAs, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects
@@ -475,7 +475,7 @@ class _Importer:
             else:
                 cron = self.cron(plan.instance.cron_id)
                 revision = task_revision(cron) if cron is not None else DELETED_CRON_REVISION
-                snapshot = _snapshot(cron, revision, build.at_ms) if cron is not None else None
+                snapshot = task_snapshot(cron, revision, build.at_ms) if cron is not None else None
                 if status == InstanceStatus.RUNNING:
                     decision = infer_scheduled_origin(cron, _begin_seconds(plan.instance), self.scheduler_mode,
                                                       self.tz)
@@ -631,12 +631,6 @@ def _exit_code(value: int | float | None, unusable: list[str]) -> int | float | 
 def _begin_seconds(instance: LegacyInstance) -> int | None:
     value = instance.started_at
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
-def _snapshot(cron: LegacyCron, revision: str, at_ms: int) -> TaskSnapshot:
-    return TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id, name=cron.name,
-                        command=cron.command, schedule=cron.schedule, work_dir=cron.work_dir, log_name=cron.log_name,
-                        created_at_ms=at_ms)
 
 
 def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: EndedAs) -> tuple[ChangeSet, RunStatus]:
