@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Collection, Sequence
 
-from bridge.domain.keys import execution_key, import_key, imported_execution_key
+from bridge.domain.keys import execution_key, import_key, imported_execution_key, task_id
 from bridge.service.ports import TaskSnapshot
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyTimeError
@@ -18,10 +18,6 @@ from legacy_adapters.timeconv import epoch_seconds_to_ms
 
 # DESIGN.md section 5: the fields whose change makes a new task revision.
 _REVISION_FIELDS = ("command", "schedule", "task_before", "task_after", "work_dir", "log_name")
-
-
-def task_id(cron_id: int) -> str:
-    return f"legacy-cron:{cron_id}"
 
 
 def task_revision(cron: LegacyCron) -> str:

@@ -27,6 +27,7 @@ from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Run, RunAttempt, R
 # Statuses a user may retry by creating a new Run (ADR-0001 6.3).
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT})
 CANCEL_REASON_MAX = 200
+RETRY_TRIGGER = "manual_retry"  # Run.trigger_type of a Run retrying another
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +174,7 @@ def retry_of(source: Run, cmd: RetryRun) -> CreateRun:
         raise RetryNotAllowedError(source.id, source.status.value)
     return CreateRun(
         project_id=source.project_id, task_id=source.task_id, task_revision=source.task_revision,
-        trigger_type="manual_retry", actor=cmd.actor, idempotency_key=cmd.idempotency_key,
+        trigger_type=RETRY_TRIGGER, actor=cmd.actor, idempotency_key=cmd.idempotency_key,
         legacy_cron_id=source.legacy_cron_id, priority=source.priority, origin=source.origin,
         mode=source.mode, owner=source.owner, retry_of_run_id=source.id,
     )

@@ -10,6 +10,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from bridge.domain.keys import task_id
+
 
 class RunStatus(StrEnum):
     CREATED = "created"
@@ -95,8 +97,11 @@ class Mode(StrEnum):
     PRIMARY = "primary"
 
 
-# Run.mode (and trigger type) of history imported from 2.x: read-only, never compared, never retried.
+# Run.mode of history imported from 2.x: read-only, never compared, never retried.
 IMPORTED_MODE = "legacy_import"
+# Run.trigger_type of a 2.x execution: recorded from its shell's callbacks, or read from 2.x's tables by the import.
+CALLBACK_TRIGGER = "legacy_callback"
+IMPORT_TRIGGER = "legacy_import"
 
 
 # The project every Run of a 2.x execution lives in (shadow, primary and imported alike): 2.x has no projects.
@@ -158,6 +163,21 @@ class Run:
 
     def evolve(self, **changes: Any) -> Run:
         return replace(self, **changes)
+
+
+def new_legacy_run(*, run_id: str, cron_id: int, task_revision: str, trigger_type: str, created_at_ms: int,
+                   idempotency_key: str, origin: str | None, origin_evidence: str, mode: str, owner: str,
+                   legacy_pid: int | None, log_ref: str | None, synthesized: bool,
+                   received_at_ms: int | None = None) -> Run:
+    """The Run of one 2.x execution as it is created (before the ladder takes it up): in the 2.x project, on
+    the cron's task, at version 0 with no events yet."""
+    return Run(
+        id=run_id, project_id=PROJECT_ID, task_id=task_id(cron_id), task_revision=task_revision,
+        trigger_type=trigger_type, status=RunStatus.CREATED, version=0, event_sequence=0,
+        created_at_ms=created_at_ms, legacy_cron_id=cron_id, idempotency_key=idempotency_key, origin=origin,
+        origin_evidence=origin_evidence, mode=mode, owner=owner, legacy_pid=legacy_pid, log_ref=log_ref,
+        synthesized=synthesized, received_at_ms=received_at_ms,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,18 @@ from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
 from bridge.domain.events import Actor, ActorType
 from bridge.domain.keys import import_key
 from bridge.domain.ladder import open_to_running
-from bridge.domain.model import IMPORTED_MODE, PROJECT_ID, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.domain.model import (
+    IMPORT_TRIGGER,
+    IMPORTED_MODE,
+    PROJECT_ID,
+    AttemptStatus,
+    Mode,
+    Owner,
+    Run,
+    RunAttempt,
+    RunStatus,
+    new_legacy_run,
+)
 from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
 from bridge.service.imports import CURSOR_KEY, ImportStore, ImportUnitOfWork
@@ -70,7 +81,7 @@ from bridge.service.shadow import CallbackFacts
 from bridge.storage.migrate import current_revision, head_revision
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
-from legacy_adapters.identity import instance_import_key, speaking_row, task_id, task_revision, task_snapshot
+from legacy_adapters.identity import instance_import_key, speaking_row, task_revision, task_snapshot
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin
 from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
 from legacy_adapters.schema import ENDED_INSTANCE, EndedAs, InstanceStatus
@@ -81,7 +92,9 @@ T = TypeVar("T")
 
 DELETED_CRON_REVISION = "deleted-cron"  # task_revision when the instance's Crontabs row is gone
 FINISH_TIME_UNKNOWN = "finish_time_unknown"  # error_code of a stopped row 2.x's boot reset left without finished_at
-IMPORTER = Actor(ActorType.SYSTEM, IMPORTED_MODE)
+# origin_evidence of an imported Run (of a still-running one: the prefix of its inferred origin's evidence).
+IMPORT_EVIDENCE = "legacy_import"
+IMPORTER = Actor(ActorType.SYSTEM, "legacy_import")  # the actor of every step the import writes
 DEFAULT_BATCH_SIZE = 500
 CRON_CACHE_SIZE = 4096  # Crontabs rows kept while streaming (bounded LRU)
 SNAPSHOT_MEMORY = 4096  # revisions known to be in task_snapshots (bounded LRU), saves a lookup per instance
@@ -643,13 +656,12 @@ def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: EndedAs) -
         error_code = FINISH_TIME_UNKNOWN  # 2.x's boot reset (legacy-2x.md 5.1): when it ended is not known
     created = started if started is not None else build.at_ms
     duration = finished - started if started is not None and finished is not None and finished >= started else None
-    run = Run(
-        id=build.new_id(), project_id=PROJECT_ID, task_id=task_id(cron_id), task_revision=revision,
-        trigger_type=IMPORTED_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=created,
-        legacy_cron_id=cron_id, idempotency_key=plan.import_key, origin=None, origin_evidence=IMPORTED_MODE,
+    run = new_legacy_run(
+        run_id=build.new_id(), cron_id=cron_id, task_revision=revision, trigger_type=IMPORT_TRIGGER,
+        created_at_ms=created, idempotency_key=plan.import_key, origin=None, origin_evidence=IMPORT_EVIDENCE,
         mode=IMPORTED_MODE, owner=Owner.LEGACY.value, legacy_pid=instance.pid, log_ref=plan.log_ref, synthesized=True,
     )
-    change = build.create(run, {"evidence": IMPORTED_MODE, "legacy_status": instance.status, **_SYNTH})
+    change = build.create(run, {"evidence": IMPORT_EVIDENCE, "legacy_status": instance.status, **_SYNTH})
     attempt = open_to_running(change, _attempt_1(build, run, created, plan), started_at_ms=started)
     end: dict[str, Any] = {k: v for k, v in (("exit_code", plan.exit_code), ("finished_at_ms", finished),
                                              ("duration_ms", duration), ("error_code", error_code)) if v is not None}
@@ -667,13 +679,12 @@ def _open_shadow(build: _Builder, plan: _Plan, revision: str, decision: OriginDe
     the shell's end callback closes it through ShadowRecorder.record_end."""
     instance, facts = plan.instance, plan.facts
     started = plan.started_ms if plan.started_ms is not None else build.at_ms
-    evidence = f"{IMPORTED_MODE}:{decision.evidence}"
-    run = Run(
-        id=build.new_id(), project_id=PROJECT_ID, task_id=task_id(facts.cron_id), task_revision=revision,
-        trigger_type=IMPORTED_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=started,
-        legacy_cron_id=facts.cron_id, idempotency_key=facts.execution_key, origin=decision.origin,
-        origin_evidence=evidence, mode=Mode.SHADOW.value, owner=Owner.LEGACY.value, legacy_pid=instance.pid,
-        log_ref=plan.log_ref, synthesized=True, received_at_ms=build.at_ms,
+    evidence = f"{IMPORT_EVIDENCE}:{decision.evidence}"
+    run = new_legacy_run(
+        run_id=build.new_id(), cron_id=facts.cron_id, task_revision=revision, trigger_type=IMPORT_TRIGGER,
+        created_at_ms=started, idempotency_key=facts.execution_key, origin=decision.origin, origin_evidence=evidence,
+        mode=Mode.SHADOW.value, owner=Owner.LEGACY.value, legacy_pid=instance.pid, log_ref=plan.log_ref,
+        synthesized=True, received_at_ms=build.at_ms,
     )
     change = build.create(run, {"origin": decision.origin, "evidence": evidence, "legacy_status": instance.status,
                                 **_SYNTH})

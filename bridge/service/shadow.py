@@ -25,7 +25,17 @@ from bridge.domain.events import STOP_CODES, Actor, ActorType, ErrorCode, EventT
 from bridge.domain.keys import execution_key
 from bridge.domain.ladder import bring_attempt_to_running, bring_run_to_running, open_to_running
 from bridge.domain.mismatches import MismatchKind
-from bridge.domain.model import PROJECT_ID, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.domain.model import (
+    CALLBACK_TRIGGER,
+    PROJECT_ID,
+    AttemptStatus,
+    Mode,
+    Owner,
+    Run,
+    RunAttempt,
+    RunStatus,
+    new_legacy_run,
+)
 from bridge.service.ports import (
     ActiveCandidate,
     DedupeKeyTakenError,
@@ -369,12 +379,11 @@ def _strong_match(candidates: list[ActiveCandidate], facts: CallbackFacts) -> Ac
 
 def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *, synthesized: bool) -> Run:
     started = facts.started_at_ms if facts.started_at_ms is not None else facts.received_at_ms
-    run = Run(
-        id=tx.new_id(), project_id=PROJECT_ID, task_id=f"legacy-cron:{facts.cron_id}", task_revision=ctx.task_revision,
-        trigger_type="legacy_callback", status=RunStatus.CREATED, version=0, event_sequence=0,
-        created_at_ms=tx.at_ms, legacy_cron_id=facts.cron_id, idempotency_key=facts.execution_key,
-        origin=ctx.origin, origin_evidence=ctx.evidence, mode=ctx.mode, owner=ctx.owner,
-        legacy_pid=facts.pid, log_ref=facts.log_ref, synthesized=synthesized, received_at_ms=facts.received_at_ms,
+    run = new_legacy_run(
+        run_id=tx.new_id(), cron_id=facts.cron_id, task_revision=ctx.task_revision, trigger_type=CALLBACK_TRIGGER,
+        created_at_ms=tx.at_ms, idempotency_key=facts.execution_key, origin=ctx.origin, origin_evidence=ctx.evidence,
+        mode=ctx.mode, owner=ctx.owner, legacy_pid=facts.pid, log_ref=facts.log_ref, synthesized=synthesized,
+        received_at_ms=facts.received_at_ms,
     )
     mark = _SYNTH if synthesized else {}
     change = tx.create(run, actor=SHELL, payload={"origin": ctx.origin, "evidence": ctx.evidence, **mark})
