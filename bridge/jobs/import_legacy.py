@@ -78,6 +78,7 @@ from bridge.service.ids import new_id
 from bridge.service.imports import CURSOR_KEY, ImportStore, ImportUnitOfWork
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
 from bridge.service.shadow import CallbackFacts
+from bridge.storage.engine import store_capabilities
 from bridge.storage.migrate import current_revision, head_revision
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
@@ -219,7 +220,8 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *, bat
         reader = _checked_reader(source, copy)
         store = open_store()
         _require_current_schema(store.engine)
-        pacing = _Pacing(batch_size, write_budget_ms / 1000) if store.engine.dialect.name == "sqlite" else None
+        one_writer = store_capabilities(store.engine).single_writer
+        pacing = _Pacing(batch_size, write_budget_ms / 1000) if one_writer else None
         uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
                                   busy_attempts=IMPORT_BUSY_ATTEMPTS)
         summary = _Importer(settings, uow, reader, batch_size, clock or SystemClock(), pacing).run(

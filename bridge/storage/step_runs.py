@@ -32,6 +32,7 @@ from bridge.domain.step_run_mutation import (
     validate,
 )
 from bridge.service.ports import StepRunPage
+from bridge.storage.engine import store_capabilities
 from bridge.storage.run_fence import advance_run, fence_held, insert_event
 from bridge.storage.schema import STEP_RUN_MIRROR, runs_table, step_run_mutations_table, step_runs_table
 from bridge.storage.statements import PreparedStatement, Statement, StatementResult, execute_all
@@ -108,8 +109,8 @@ class SqlStepRunRepository:
         # The unit of work hands the work its Connection itself (the transaction object of this repository).
         factory = cast(Any, lambda conn: conn)
         self._uow = SqlUnitOfWork(engine, busy_budget_ms=busy_budget_ms, outcomes=outcomes, store_factory=factory)
-        # Capability: PostgreSQL runs mutations SERIALIZABLE and may fail one to retry; SQLite has one writer.
-        self.serializable = engine.dialect.name == "postgresql"
+        # PostgreSQL runs mutations SERIALIZABLE and may fail one to retry; SQLite has one writer.
+        self.serializable = store_capabilities(engine).serializable_writes
         self._begin = _PG_BEGIN if self.serializable else []
         self._checkpoint = checkpoint or _nothing
         self.serialization_retries = 0  # how many times a mutation ran again; for tests and diagnostics
