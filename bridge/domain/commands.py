@@ -22,7 +22,17 @@ from bridge.domain.errors import (
     RetryNotAllowedError,
 )
 from bridge.domain.events import Actor, EventType
-from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Run, RunAttempt, RunStatus
+from bridge.domain.model import (
+    IMPORTED_MODE,
+    AttemptStatus,
+    Origin,
+    Owner,
+    Run,
+    RunAttempt,
+    RunMode,
+    RunStatus,
+    member,
+)
 
 # Statuses a user may retry by creating a new Run (ADR-0001 6.3).
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT})
@@ -145,7 +155,8 @@ def new_run(cmd: CreateRun, *, run_id: str, at_ms: int) -> Run:
         trigger_type=cmd.trigger_type, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=at_ms,
         priority=cmd.priority, legacy_cron_id=cmd.legacy_cron_id, trigger_id=cmd.trigger_id,
         parent_run_id=cmd.parent_run_id, retry_of_run_id=cmd.retry_of_run_id, idempotency_key=cmd.idempotency_key,
-        request_fingerprint=request_fingerprint(cmd), origin=cmd.origin, mode=cmd.mode, owner=cmd.owner,
+        request_fingerprint=request_fingerprint(cmd), origin=member(Origin, cmd.origin),
+        mode=member(RunMode, cmd.mode), owner=member(Owner, cmd.owner),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import fields
 from typing import Any
 
 from bridge.domain.events import ActorType, EventType, RunEvent
-from bridge.domain.model import AttemptStatus, Run, RunAttempt, RunStatus
+from bridge.domain.model import AttemptStatus, Origin, Owner, Run, RunAttempt, RunMode, RunStatus, member
 
 RUN_FIELDS = tuple(f.name for f in fields(Run))
 ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
@@ -21,6 +21,9 @@ ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
 def run_from_row(row: Mapping[str, Any]) -> Run:
     values = {name: row[name] for name in RUN_FIELDS}
     values["status"] = RunStatus(values["status"])
+    values["origin"] = member(Origin, values["origin"])
+    values["mode"] = member(RunMode, values["mode"])
+    values["owner"] = member(Owner, values["owner"])
     values["synthesized"] = bool(values["synthesized"])
     return Run(**values)
 
@@ -44,7 +47,13 @@ def event_from_row(row: Mapping[str, Any]) -> RunEvent:
 def run_values(run: Run) -> dict[str, Any]:
     values = {name: getattr(run, name) for name in RUN_FIELDS}
     values["status"] = run.status.value
+    for name in ("origin", "mode", "owner"):  # as text, whether a member or (from a test) a plain str
+        values[name] = _text(values[name])
     return values
+
+
+def _text(value: str | None) -> str | None:
+    return None if value is None else str(value)
 
 
 def attempt_values(attempt: RunAttempt) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.domain.model import CALLBACK_TRIGGER, PROJECT_ID, RunStatus, new_legacy_run
+from bridge.domain.model import CALLBACK_TRIGGER, PROJECT_ID, Origin, Owner, RunMode, RunStatus, new_legacy_run
 
 
 def test_a_legacy_run_is_created_in_the_2x_project_on_its_crons_task_with_no_events_yet() -> None:
@@ -14,3 +14,5 @@ def test_a_legacy_run_is_created_in_the_2x_project_on_its_crons_task_with_no_eve
     assert (run.status, run.version, run.event_sequence) == (RunStatus.CREATED, 0, 0)
     assert (run.idempotency_key, run.received_at_ms, run.trigger_type) == ("legacy:5:9:d:1000", 1_001,
                                                                            "legacy_callback")
+    assert (run.origin, run.mode, run.owner) == (Origin.MANUAL, RunMode.SHADOW, Owner.LEGACY)
+    assert isinstance(run.origin, Origin) and isinstance(run.mode, RunMode) and isinstance(run.owner, Owner)
