@@ -28,6 +28,7 @@ from bridge.config import ConfigError, Settings, local_zone_name
 from bridge.domain.errors import BridgeError
 from bridge.domain.events import EventType
 from bridge.domain.keys import execution_key, import_key
+from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import IMPORTED_MODE, Origin
 from bridge.service.reports import MAX_KEYS, ReportReads, ReportSources
 from legacy_adapters.callbacks import log_path_digest
@@ -328,8 +329,8 @@ def _store_figures(queries: ReportReads, tally: _Tally, window: Window, threshol
             _add(f.expired_mismatches_by_kind, kind, n)
             _add(f.expired_mismatches_by_reason, expired, n)
     for f in tally.figures.values():
-        f.duplicates = f.open_mismatches_by_kind.get("duplicate", 0)
-        f.stuck_runs = f.open_mismatches_by_kind.get("stuck", 0)
+        f.duplicates = f.open_mismatches_by_kind.get(MismatchKind.DUPLICATE, 0)
+        f.stuck_runs = f.open_mismatches_by_kind.get(MismatchKind.STUCK, 0)
     for origin, n in queries.stale_mismatch_counts(thresholds.stale_mismatch_kinds, window.start_ms).items():
         tally.fig(origin).stale_mismatches += n
     for origin, n in queries.runs_created_by_origin(window.start_ms, window.end_ms).items():
