@@ -20,18 +20,17 @@ from typing import TypeVar
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Connection, Engine, func, select, union_all
 
-from bridge.domain.events import CALLBACK_MISMATCH_KINDS
+from bridge.domain.mismatches import MismatchKind
 from bridge.metrics import ORIGINS, PREFIX, bounded
 from bridge.storage.engine import READ_ONLY
-from bridge.storage.reconcile_queries import RECONCILER_KINDS
 from bridge.storage.schema import mismatches_table, projection_outbox_table, reconcile_passes_table
 from bridge.storage.seam_queries import recent_coverage
 from projections.seam import SEAM_WINDOW_MS
 
 TTL_S = 10.0
 ROW_CAP = 10_000
-# The reconciler's kinds and the shadow path's unplaced callbacks (bridge/service/shadow.py `_unplaced`).
-MISMATCH_KINDS = (*RECONCILER_KINDS, *CALLBACK_MISMATCH_KINDS)
+# Every kind: the reconciler's and the shadow path's unplaced callbacks (bridge/service/shadow.py `_unplaced`).
+MISMATCH_KINDS = tuple(kind.value for kind in MismatchKind)
 QUERIES = ("outbox", "mismatches", "reconcile", "coverage")
 T = TypeVar("T")
 _o, _m, _p = projection_outbox_table, mismatches_table, reconcile_passes_table

@@ -8,7 +8,8 @@ import hashlib
 import json
 from collections.abc import Collection, Sequence
 
-from bridge.domain.keys import execution_key, import_key, imported_execution_key
+from bridge.domain.keys import execution_key, import_key, imported_execution_key, task_id
+from bridge.service.ports import TaskSnapshot
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.reader import LegacyCron, LegacyInstance
@@ -19,16 +20,19 @@ from legacy_adapters.timeconv import epoch_seconds_to_ms
 _REVISION_FIELDS = ("command", "schedule", "task_before", "task_after", "work_dir", "log_name")
 
 
-def task_id(cron_id: int) -> str:
-    return f"legacy-cron:{cron_id}"
-
-
 def task_revision(cron: LegacyCron) -> str:
     """A stable digest of what the cron runs and when; equal rows give equal revisions."""
     values = [getattr(cron, name) for name in _REVISION_FIELDS]
     values.append(list(cron.extra_schedules or ()))
     canonical = json.dumps(values, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
+
+def task_snapshot(cron: LegacyCron, revision: str, at_ms: int) -> TaskSnapshot:
+    """What the cron runs at ``revision`` (its ``task_revision``), as the store keeps it once per revision."""
+    return TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id, name=cron.name,
+                        command=cron.command, schedule=cron.schedule, work_dir=cron.work_dir, log_name=cron.log_name,
+                        created_at_ms=at_ms)
 
 
 def instance_execution_key(cron_id: int | None, pid: int | None, log_path: str | None,

@@ -5,8 +5,13 @@ We never migrate the 2.x database; these strings mirror it (legacy-2x.md 2.2-2.9
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from enum import IntEnum
+
+from bridge.domain.events import ErrorCode
+from bridge.domain.model import AttemptStatus, RunStatus
 
 # Single statements exactly as Sequelize 6 sync() emits them on a fresh v2.21.0 install. On an
 # upgraded install the ALTER-added columns sit after `updatedAt`, so never rely on order.
@@ -88,6 +93,24 @@ class InstanceStatus(IntEnum):
     FINISHED = 1
     STOPPED = 2
     ERROR = 3
+
+
+@dataclass(frozen=True, slots=True)
+class EndedAs:
+    """What an ended ``RunningInstances.status`` stands for in the Run model."""
+
+    run: RunStatus
+    attempt: AttemptStatus
+    error_code: ErrorCode | None  # what an imported Run records; a stop's source is not in 2.x's row
+
+
+# legacy-2x.md 2.8: each ended instance status as a Run status, an Attempt status and an error code. The Run
+# status is what a shadow Run should sit beside; the import records all three. RUNNING is not ended.
+ENDED_INSTANCE: Mapping[InstanceStatus, EndedAs] = {
+    InstanceStatus.FINISHED: EndedAs(RunStatus.SUCCEEDED, AttemptStatus.SUCCEEDED, None),
+    InstanceStatus.ERROR: EndedAs(RunStatus.FAILED, AttemptStatus.FAILED, ErrorCode.PROCESS_EXIT_ERROR),
+    InstanceStatus.STOPPED: EndedAs(RunStatus.CANCELLED, AttemptStatus.CANCELLED, ErrorCode.CANCELLED_BY_USER),
+}
 
 
 def format_updated_at(ms: int) -> str:

@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from bridge.domain.mismatches import MismatchKind
+
 GATES = ("completeness", "terminal_status_agreement", "exit_code_agreement", "no_unexplained_duplicates",
          "no_stale_mismatches")
 INSUFFICIENT_DATA = "insufficient_data"
@@ -38,7 +40,7 @@ class GateThresholds:
     status_agreement: float = 0.99
     exit_code_agreement: float = 0.99
     max_duplicates: int = 0
-    stale_mismatch_kinds: tuple[str, ...] = ("stuck", "orphan")
+    stale_mismatch_kinds: tuple[str, ...] = (MismatchKind.STUCK.value, MismatchKind.ORPHAN.value)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GateThresholds:

@@ -15,26 +15,26 @@ from typing import Any
 from deepdiff import DeepDiff
 
 from bridge.domain.events import ErrorCode, is_signal_exit
+from bridge.domain.mismatches import CRON_KINDS, MismatchKind
 from bridge.domain.model import RUN_ACTIVE
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.reader import LegacyCron, LegacyInstance
-from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import MAX_EPOCH_SECONDS, epoch_seconds_to_ms, ms_to_epoch_seconds
 
 # 2.x instance status → the shadow Run status it should sit beside (legacy-2x.md 2.8).
-EXPECTED_RUN_STATUS = {InstanceStatus.FINISHED: "succeeded", InstanceStatus.ERROR: "failed",
-                       InstanceStatus.STOPPED: "cancelled"}
+EXPECTED_RUN_STATUS = {status: ended.run.value for status, ended in ENDED_INSTANCE.items()}
 ACTIVE_RUN_STATUSES = frozenset(status.value for status in RUN_ACTIVE)  # the domain's list, as stored
 # A stop 2.x answered through the bridge: its killed shell's trap may have closed the row first (error, 143).
 RELAYED_STOP_CODES = frozenset({ErrorCode.CANCELLED_BY_USER.value, ErrorCode.INSTANCE_STOPPED_BY_USER.value})
 VOLATILE = ["root['updated_at']", "root['received_at_ms']"]
-INVALID_LEGACY_VALUE = "invalid_legacy_value"
+INVALID_LEGACY_VALUE = MismatchKind.INVALID_LEGACY_VALUE
 # One execution (cron, pid, log path, begin second) that 2.x holds more than one row for: replayed callbacks.
-LEGACY_DUPLICATE_INSTANCE = "legacy_duplicate_instance"
+LEGACY_DUPLICATE_INSTANCE = MismatchKind.LEGACY_DUPLICATE_INSTANCE
 LISTED_ROWS = 20  # the rows such a finding names by id and status; it counts them all
 # Crontabs kinds: about a cron, whatever Run they name (see judged_subject).
-_CRON_KINDS = frozenset({"active_state", "pid"})
+_CRON_KINDS = CRON_KINDS
 # A RunningInstances row without a usable one of these has no Run key and no place in any window.
 KEY_COLUMNS = frozenset({"cron_id", "started_at"})
 _INT64_LIMIT = 2**63  # SQLite INTEGER and the store's BIGINT hold [-2^63, 2^63)
@@ -42,12 +42,17 @@ _INT64_LIMIT = 2**63  # SQLite INTEGER and the store's BIGINT hold [-2^63, 2^63)
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    kind: str
+    """One disagreement a pass found; ``kind`` is a MismatchKind (a kind outside it raises ValueError)."""
+
+    kind: MismatchKind
     cron_id: int | None
     run_id: str | None = None
     instance_id: int | None = None
     origin: str | None = None
     diff: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", MismatchKind(self.kind))
 
     @property
     def dedupe_key(self) -> str:
@@ -112,7 +117,7 @@ class JudgedSubjects:
 
     def run_matched(self, run_id: str) -> None:
         """A 2.x row matched the Run: it is no orphan, and its duplicate group (if any) was read."""
-        self._judge(f"r{run_id}", {"orphan", "duplicate"})
+        self._judge(f"r{run_id}", {MismatchKind.ORPHAN, MismatchKind.DUPLICATE})
 
     def execution(self, run_id: str) -> None:
         """Every row 2.x holds for the Run's execution was read, outside the grace window."""
@@ -205,19 +210,20 @@ def compare_ended(instance: LegacyInstance, run: dict[str, Any], tolerance_s: in
     if stopped:
         expected = "cancelled"
 
-    def finding(kind: str, legacy: dict[str, Any], shadow: dict[str, Any], epsilon: float = 0.0) -> list[Finding]:
+    def finding(kind: MismatchKind, legacy: dict[str, Any], shadow: dict[str, Any],
+                epsilon: float = 0.0) -> list[Finding]:
         diff = structured_diff(legacy, shadow, epsilon=epsilon)
         return [Finding(kind, instance.cron_id, run["id"], instance.id, run.get("origin"), diff)] if diff else []
 
-    found = finding("terminal_status", {"status": expected}, {"status": run["status"]})
+    found = finding(MismatchKind.TERMINAL_STATUS, {"status": expected}, {"status": run["status"]})
     if not stopped:  # a stopped row's 143 (or nothing, at boot) pairs with cancelled
         # Like with like: both sides as 2.x keeps the number (a fraction stays a fraction).
-        found += finding("exit_code", {"exit_code": exit_code_as_given(instance.exit_code)},
+        found += finding(MismatchKind.EXIT_CODE, {"exit_code": exit_code_as_given(instance.exit_code)},
                          {"exit_code": exit_code_as_given(run.get("exit_code"))})
-    found += finding("start_time", {"started_s": instance.started_at},
+    found += finding(MismatchKind.START_TIME, {"started_s": instance.started_at},
                      {"started_s": _seconds(run.get("started_at_ms"))}, tolerance_s)
     if instance.finished_at is not None and run["status"] not in ACTIVE_RUN_STATUSES:
-        found += finding("finish_time", {"finished_s": instance.finished_at},
+        found += finding(MismatchKind.FINISH_TIME, {"finished_s": instance.finished_at},
                          {"finished_s": _seconds(run.get("finished_at_ms"))}, tolerance_s)
     return found
 
@@ -232,10 +238,10 @@ def stopped_by_relayed_stop(instance: LegacyInstance, run: dict[str, Any]) -> bo
 def compare_running(instance: LegacyInstance, run: dict[str, Any], process_alive: bool | None) -> list[Finding]:
     """A 2.x instance still marked running: stuck when its process is provably gone, or ended in the shadow."""
     if process_alive is False:
-        return [Finding("stuck", instance.cron_id, run["id"], instance.id, run.get("origin"),
+        return [Finding(MismatchKind.STUCK, instance.cron_id, run["id"], instance.id, run.get("origin"),
                         {"legacy": "running", "process": "gone", "pid": instance.pid})]
     if run["status"] not in ACTIVE_RUN_STATUSES:
-        return [Finding("terminal_status", instance.cron_id, run["id"], instance.id, run.get("origin"),
+        return [Finding(MismatchKind.TERMINAL_STATUS, instance.cron_id, run["id"], instance.id, run.get("origin"),
                         structured_diff({"status": "running"}, {"status": run["status"]}))]
     return []
 
@@ -251,11 +257,11 @@ def compare_cron(cron_id: int, legacy_status: int | None, legacy_pid: int | None
     found = []
     diff = structured_diff({"state": legacy_state}, {"state": shadow_state})
     if diff:
-        found.append(Finding("active_state", cron_id, run_id, None, active_runs[0].get("origin") if active_runs
-                             else None, diff))
+        origin = active_runs[0].get("origin") if active_runs else None
+        found.append(Finding(MismatchKind.ACTIVE_STATE, cron_id, run_id, None, origin, diff))
     if legacy_state == "running" and running and running[0].get("pid") is not None \
             and legacy_pid is not None and running[0]["pid"] != legacy_pid:
-        found.append(Finding("pid", cron_id, running[0]["id"], None, running[0].get("origin"),
+        found.append(Finding(MismatchKind.PID, cron_id, running[0]["id"], None, running[0].get("origin"),
                              structured_diff({"pid": legacy_pid}, {"pid": running[0]["pid"]})))
     return found
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.domain.events import CALLBACK_MISMATCH_KINDS
+from bridge.domain.mismatches import CALLBACK_MISMATCH_KINDS, MismatchKind
 from projections.gates import (
     INSUFFICIENT_DATA,
     GateThresholds,
@@ -115,7 +115,7 @@ _DEEPDIFF_ONE_SIDE = {"dictionary_item_added": "shadow", "iterable_item_added": 
 # Hand-made diffs whose plain fields describe one side (bridge/jobs/reconcile.py, bridge/service/shadow.py): two
 # shadow Runs for one 2.x execution; a 2.x value no rule can judge; the shadow Runs an end callback could close
 # (its pid and log digest stay context).
-_ONE_SIDED_KINDS = {"duplicate": "shadow", "invalid_legacy_value": "legacy"}
+_ONE_SIDED_KINDS = {MismatchKind.DUPLICATE: "shadow", MismatchKind.INVALID_LEGACY_VALUE: "legacy"}
 _SHADOW_FIELDS = frozenset({"candidates", "run_ids"})
 _PATH_PART = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]")
 

@@ -33,7 +33,7 @@ from bridge.callbacks.routes import SHELL_STATUS_PATH, STATUS_PATHS, STOP_INSTAN
 from bridge.domain.errors import BridgeError
 from bridge.domain.model import Mode, Owner
 from bridge.metrics import BridgeMetrics
-from bridge.service.ports import ActiveCandidate, Clock, ModeSource, TaskSnapshot
+from bridge.service.ports import ActiveCandidate, Clock, ModeSource
 from bridge.service.shadow import (
     CallbackFacts,
     ExecutionContext,
@@ -51,7 +51,7 @@ from legacy_adapters.callbacks import (
     validate_id_array,
 )
 from legacy_adapters.errors import LegacyCallbackParseError, LegacyDatabaseError
-from legacy_adapters.identity import task_id, task_revision
+from legacy_adapters.identity import task_revision, task_snapshot
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer_start_origin
 from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.reader import LegacyCron, LegacyReader
@@ -304,9 +304,7 @@ class ShadowInterceptor:
         if self._modes.mode_for(decision.origin) is not mode:
             return None
         revision = task_revision(cron)
-        snapshot = TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id,
-                                name=cron.name, command=cron.command, schedule=cron.schedule,
-                                work_dir=cron.work_dir, log_name=cron.log_name, created_at_ms=self._clock.now_ms())
+        snapshot = task_snapshot(cron, revision, self._clock.now_ms())
         return ExecutionContext(decision.origin, decision.evidence, revision, snapshot,
                                 mode=mode.value, executor_handle=shell_handle)
 

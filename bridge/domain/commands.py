@@ -22,11 +22,22 @@ from bridge.domain.errors import (
     RetryNotAllowedError,
 )
 from bridge.domain.events import Actor, EventType
-from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Run, RunAttempt, RunStatus
+from bridge.domain.model import (
+    IMPORTED_MODE,
+    AttemptStatus,
+    Origin,
+    Owner,
+    Run,
+    RunAttempt,
+    RunMode,
+    RunStatus,
+    member,
+)
 
 # Statuses a user may retry by creating a new Run (ADR-0001 6.3).
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT})
 CANCEL_REASON_MAX = 200
+RETRY_TRIGGER = "manual_retry"  # Run.trigger_type of a Run retrying another
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +155,8 @@ def new_run(cmd: CreateRun, *, run_id: str, at_ms: int) -> Run:
         trigger_type=cmd.trigger_type, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=at_ms,
         priority=cmd.priority, legacy_cron_id=cmd.legacy_cron_id, trigger_id=cmd.trigger_id,
         parent_run_id=cmd.parent_run_id, retry_of_run_id=cmd.retry_of_run_id, idempotency_key=cmd.idempotency_key,
-        request_fingerprint=request_fingerprint(cmd), origin=cmd.origin, mode=cmd.mode, owner=cmd.owner,
+        request_fingerprint=request_fingerprint(cmd), origin=member(Origin, cmd.origin),
+        mode=member(RunMode, cmd.mode), owner=member(Owner, cmd.owner),
     )
 
 
@@ -173,7 +185,7 @@ def retry_of(source: Run, cmd: RetryRun) -> CreateRun:
         raise RetryNotAllowedError(source.id, source.status.value)
     return CreateRun(
         project_id=source.project_id, task_id=source.task_id, task_revision=source.task_revision,
-        trigger_type="manual_retry", actor=cmd.actor, idempotency_key=cmd.idempotency_key,
+        trigger_type=RETRY_TRIGGER, actor=cmd.actor, idempotency_key=cmd.idempotency_key,
         legacy_cron_id=source.legacy_cron_id, priority=source.priority, origin=source.origin,
         mode=source.mode, owner=source.owner, retry_of_run_id=source.id,
     )

@@ -57,9 +57,6 @@ class EventType(StrEnum):
         return cls(f"attempt.{status}")
 
 
-# The mismatch kinds of a callback the shadow path could not place on one Run (unmatched first).
-CALLBACK_MISMATCH_KINDS = (EventType.COMPAT_UNMATCHED_CALLBACK.value, EventType.COMPAT_AMBIGUOUS_CALLBACK.value)
-
 
 class ActorType(StrEnum):
     USER = "user"

@@ -1,4 +1,4 @@
-"""The Run keys the bridge gives 2.x's executions: the one home of their formats.
+"""The Run keys the bridge gives 2.x's executions, and the task id of a 2.x cron: the one home of their formats.
 
 A callback-recorded execution is keyed by what every callback of that execution repeats (cron id, pid, the
 digest of its log path, its start in milliseconds); imported history by the same identity under its own prefix
@@ -11,6 +11,11 @@ Run instead of making another.
 from __future__ import annotations
 
 IMPORT_KEY_PREFIX = "legacy-import:"
+
+
+def task_id(cron_id: int) -> str:
+    """The task a 2.x cron is: ``legacy-cron:{cron id}``."""
+    return f"legacy-cron:{cron_id}"
 
 
 def execution_key(cron_id: int | None, pid: int | None, log_ref: str | None, started_at_ms: int | None) -> str:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
+
+from bridge.domain.keys import task_id
 
 
 class RunStatus(StrEnum):
@@ -95,8 +97,22 @@ class Mode(StrEnum):
     PRIMARY = "primary"
 
 
-# Run.mode (and trigger type) of history imported from 2.x: read-only, never compared, never retried.
-IMPORTED_MODE = "legacy_import"
+class RunMode(StrEnum):
+    """Run.mode: how the bridge stood to the execution when it recorded the Run."""
+
+    SHADOW = "shadow"  # 2.x answered the shell; the Run shadows it
+    PRIMARY = "primary"  # the bridge answered the shell
+    IMPORTED = "legacy_import"  # history read from 2.x's tables: read-only, never compared, never retried
+
+
+IMPORTED_MODE = RunMode.IMPORTED.value  # as the store holds it
+# Run.trigger_type of a 2.x execution: recorded from its shell's callbacks, or read from 2.x's tables by the import.
+CALLBACK_TRIGGER = "legacy_callback"
+IMPORT_TRIGGER = "legacy_import"
+
+
+# The project every Run of a 2.x execution lives in (shadow, primary and imported alike): 2.x has no projects.
+PROJECT_ID = "default"
 
 
 class Origin(StrEnum):
@@ -138,10 +154,10 @@ class Run:
     cancel_reason: str | None = None
     error_code: str | None = None
     error_summary: str | None = None
-    origin: str | None = None
+    origin: Origin | None = None
     origin_evidence: str | None = None
-    mode: str | None = None
-    owner: str | None = None
+    mode: RunMode | None = None
+    owner: Owner | None = None
     legacy_pid: int | None = None
     log_ref: str | None = None
     synthesized: bool = False
@@ -154,6 +170,30 @@ class Run:
 
     def evolve(self, **changes: Any) -> Run:
         return replace(self, **changes)
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def member(kind: type[_E], value: str | None) -> _E | None:
+    """``value`` (a stored or inferred text, or already a member) as a member of ``kind``; None stays None.
+    Raises ValueError for a text that is no member."""
+    return None if value is None else kind(value)
+
+
+def new_legacy_run(*, run_id: str, cron_id: int, task_revision: str, trigger_type: str, created_at_ms: int,
+                   idempotency_key: str, origin: str | None, origin_evidence: str, mode: str, owner: str,
+                   legacy_pid: int | None, log_ref: str | None, synthesized: bool,
+                   received_at_ms: int | None = None) -> Run:
+    """The Run of one 2.x execution as it is created (before the ladder takes it up): in the 2.x project, on
+    the cron's task, at version 0 with no events yet. Origin, mode and owner become their enums here."""
+    return Run(
+        id=run_id, project_id=PROJECT_ID, task_id=task_id(cron_id), task_revision=task_revision,
+        trigger_type=trigger_type, status=RunStatus.CREATED, version=0, event_sequence=0,
+        created_at_ms=created_at_ms, legacy_cron_id=cron_id, idempotency_key=idempotency_key,
+        origin=member(Origin, origin), origin_evidence=origin_evidence, mode=RunMode(mode), owner=Owner(owner),
+        legacy_pid=legacy_pid, log_ref=log_ref, synthesized=synthesized, received_at_ms=received_at_ms,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,22 +58,34 @@ from sqlalchemy import Engine
 from bridge.config import Settings, local_zone_name
 from bridge.domain.aggregate import ChangeSet, RunChange
 from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
-from bridge.domain.events import Actor, ActorType, ErrorCode
+from bridge.domain.events import Actor, ActorType
 from bridge.domain.keys import import_key
 from bridge.domain.ladder import open_to_running
-from bridge.domain.model import IMPORTED_MODE, AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.domain.model import (
+    IMPORT_TRIGGER,
+    IMPORTED_MODE,
+    PROJECT_ID,
+    AttemptStatus,
+    Mode,
+    Owner,
+    Run,
+    RunAttempt,
+    RunStatus,
+    new_legacy_run,
+)
 from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
 from bridge.service.imports import CURSOR_KEY, ImportStore, ImportUnitOfWork
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError, TaskSnapshot
-from bridge.service.shadow import PROJECT_ID, CallbackFacts
+from bridge.service.shadow import CallbackFacts
+from bridge.storage.engine import store_capabilities
 from bridge.storage.migrate import current_revision, head_revision
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
-from legacy_adapters.identity import instance_import_key, speaking_row, task_id, task_revision
+from legacy_adapters.identity import instance_import_key, speaking_row, task_revision, task_snapshot
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin
-from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader, detect_scheduler_mode
-from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
+from legacy_adapters.schema import ENDED_INSTANCE, EndedAs, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects
 
@@ -81,7 +93,9 @@ T = TypeVar("T")
 
 DELETED_CRON_REVISION = "deleted-cron"  # task_revision when the instance's Crontabs row is gone
 FINISH_TIME_UNKNOWN = "finish_time_unknown"  # error_code of a stopped row 2.x's boot reset left without finished_at
-IMPORTER = Actor(ActorType.SYSTEM, IMPORTED_MODE)
+# origin_evidence of an imported Run (of a still-running one: the prefix of its inferred origin's evidence).
+IMPORT_EVIDENCE = "legacy_import"
+IMPORTER = Actor(ActorType.SYSTEM, "legacy_import")  # the actor of every step the import writes
 DEFAULT_BATCH_SIZE = 500
 CRON_CACHE_SIZE = 4096  # Crontabs rows kept while streaming (bounded LRU)
 SNAPSHOT_MEMORY = 4096  # revisions known to be in task_snapshots (bounded LRU), saves a lookup per instance
@@ -206,7 +220,8 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *, bat
         reader = _checked_reader(source, copy)
         store = open_store()
         _require_current_schema(store.engine)
-        pacing = _Pacing(batch_size, write_budget_ms / 1000) if store.engine.dialect.name == "sqlite" else None
+        one_writer = store_capabilities(store.engine).single_writer
+        pacing = _Pacing(batch_size, write_budget_ms / 1000) if one_writer else None
         uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
                                   busy_attempts=IMPORT_BUSY_ATTEMPTS)
         summary = _Importer(settings, uow, reader, batch_size, clock or SystemClock(), pacing).run(
@@ -347,19 +362,7 @@ def _instance_span(copy: Path, after_id: int) -> tuple[int, int]:
 # -- the import loop ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Ended:
-    run: RunStatus
-    attempt: AttemptStatus
-    error_code: str | None
-
-
-_ENDED = {
-    int(InstanceStatus.FINISHED): _Ended(RunStatus.SUCCEEDED, AttemptStatus.SUCCEEDED, None),
-    int(InstanceStatus.ERROR): _Ended(RunStatus.FAILED, AttemptStatus.FAILED, ErrorCode.PROCESS_EXIT_ERROR.value),
-    int(InstanceStatus.STOPPED): _Ended(RunStatus.CANCELLED, AttemptStatus.CANCELLED,
-                                        ErrorCode.CANCELLED_BY_USER.value),
-}
+_ENDED = {int(status): ended for status, ended in ENDED_INSTANCE.items()}
 
 
 class _Pacing:
@@ -487,7 +490,7 @@ class _Importer:
             else:
                 cron = self.cron(plan.instance.cron_id)
                 revision = task_revision(cron) if cron is not None else DELETED_CRON_REVISION
-                snapshot = _snapshot(cron, revision, build.at_ms) if cron is not None else None
+                snapshot = task_snapshot(cron, revision, build.at_ms) if cron is not None else None
                 if status == InstanceStatus.RUNNING:
                     decision = infer_scheduled_origin(cron, _begin_seconds(plan.instance), self.scheduler_mode,
                                                       self.tz)
@@ -645,29 +648,22 @@ def _begin_seconds(instance: LegacyInstance) -> int | None:
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def _snapshot(cron: LegacyCron, revision: str, at_ms: int) -> TaskSnapshot:
-    return TaskSnapshot(task_revision=revision, task_id=task_id(cron.id), legacy_cron_id=cron.id, name=cron.name,
-                        command=cron.command, schedule=cron.schedule, work_dir=cron.work_dir, log_name=cron.log_name,
-                        created_at_ms=at_ms)
-
-
-def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: _Ended) -> tuple[ChangeSet, RunStatus]:
+def _import_ended(build: _Builder, plan: _Plan, revision: str, ended: EndedAs) -> tuple[ChangeSet, RunStatus]:
     """A terminal Run + Attempt 1 up the opening ladder and on to the end, each step marked synthesized, and the
     status reached."""
     instance, started, finished = plan.instance, plan.started_ms, plan.finished_ms
     cron_id = instance.cron_id or 0
-    error_code = ended.error_code
+    error_code = ended.error_code.value if ended.error_code is not None else None
     if instance.status == InstanceStatus.STOPPED and instance.finished_at is None:
         error_code = FINISH_TIME_UNKNOWN  # 2.x's boot reset (legacy-2x.md 5.1): when it ended is not known
     created = started if started is not None else build.at_ms
     duration = finished - started if started is not None and finished is not None and finished >= started else None
-    run = Run(
-        id=build.new_id(), project_id=PROJECT_ID, task_id=task_id(cron_id), task_revision=revision,
-        trigger_type=IMPORTED_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=created,
-        legacy_cron_id=cron_id, idempotency_key=plan.import_key, origin=None, origin_evidence=IMPORTED_MODE,
+    run = new_legacy_run(
+        run_id=build.new_id(), cron_id=cron_id, task_revision=revision, trigger_type=IMPORT_TRIGGER,
+        created_at_ms=created, idempotency_key=plan.import_key, origin=None, origin_evidence=IMPORT_EVIDENCE,
         mode=IMPORTED_MODE, owner=Owner.LEGACY.value, legacy_pid=instance.pid, log_ref=plan.log_ref, synthesized=True,
     )
-    change = build.create(run, {"evidence": IMPORTED_MODE, "legacy_status": instance.status, **_SYNTH})
+    change = build.create(run, {"evidence": IMPORT_EVIDENCE, "legacy_status": instance.status, **_SYNTH})
     attempt = open_to_running(change, _attempt_1(build, run, created, plan), started_at_ms=started)
     end: dict[str, Any] = {k: v for k, v in (("exit_code", plan.exit_code), ("finished_at_ms", finished),
                                              ("duration_ms", duration), ("error_code", error_code)) if v is not None}
@@ -685,13 +681,12 @@ def _open_shadow(build: _Builder, plan: _Plan, revision: str, decision: OriginDe
     the shell's end callback closes it through ShadowRecorder.record_end."""
     instance, facts = plan.instance, plan.facts
     started = plan.started_ms if plan.started_ms is not None else build.at_ms
-    evidence = f"{IMPORTED_MODE}:{decision.evidence}"
-    run = Run(
-        id=build.new_id(), project_id=PROJECT_ID, task_id=task_id(facts.cron_id), task_revision=revision,
-        trigger_type=IMPORTED_MODE, status=RunStatus.CREATED, version=0, event_sequence=0, created_at_ms=started,
-        legacy_cron_id=facts.cron_id, idempotency_key=facts.execution_key, origin=decision.origin,
-        origin_evidence=evidence, mode=Mode.SHADOW.value, owner=Owner.LEGACY.value, legacy_pid=instance.pid,
-        log_ref=plan.log_ref, synthesized=True, received_at_ms=build.at_ms,
+    evidence = f"{IMPORT_EVIDENCE}:{decision.evidence}"
+    run = new_legacy_run(
+        run_id=build.new_id(), cron_id=facts.cron_id, task_revision=revision, trigger_type=IMPORT_TRIGGER,
+        created_at_ms=started, idempotency_key=facts.execution_key, origin=decision.origin, origin_evidence=evidence,
+        mode=Mode.SHADOW.value, owner=Owner.LEGACY.value, legacy_pid=instance.pid, log_ref=plan.log_ref,
+        synthesized=True, received_at_ms=build.at_ms,
     )
     change = build.create(run, {"origin": decision.origin, "evidence": evidence, "legacy_status": instance.status,
                                 **_SYNTH})

@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from bridge.domain.errors import BridgeError
 from bridge.domain.events import EventType
 from bridge.domain.keys import import_key
+from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import Mode
 from bridge.jobs.stop_decisions import RECONCILER, legacy_stop_code
 from bridge.metrics import BridgeMetrics
@@ -64,7 +65,7 @@ from projections.reconcile import (
 
 log = logging.getLogger("bridge.jobs.reconcile")
 T = TypeVar("T")
-_PROJECTION_OF_KIND = {"active_state": "crontab_status", "pid": "crontab_pid",
+_PROJECTION_OF_KIND = {MismatchKind.ACTIVE_STATE: "crontab_status", MismatchKind.PID: "crontab_pid",
                        LEGACY_DUPLICATE_INSTANCE: "running_instance"}
 _PROJECTION_OF_TABLE = {"Crontabs": "crontab_times", "RunningInstances": "running_instance"}
 
@@ -305,7 +306,7 @@ class Reconciler:
         for candidate in candidates:
             since = self._enabled_since(candidate)
             if self._modes.mode_for(candidate) is not Mode.OFF and since is not None and started_ms >= since:
-                self._emit([Finding("missing", instance.cron_id, None, instance.id, origin,
+                self._emit([Finding(MismatchKind.MISSING, instance.cron_id, None, instance.id, origin,
                                     {"legacy": {"status": instance.status, "pid": instance.pid}, "shadow": None})])
                 return
 
@@ -315,15 +316,15 @@ class Reconciler:
         cursor: tuple[int, str] = (since_ms - 1, "")
         until = now_ms - self._settings.grace_s * 1000
         while page := self._store.unseen_runs(pass_id, since_ms, until, cursor, self._settings.batch_size):
-            self._emit([Finding("orphan", r["legacy_cron_id"], r["id"], None, r["origin"],
+            self._emit([Finding(MismatchKind.ORPHAN, r["legacy_cron_id"], r["id"], None, r["origin"],
                                 {"legacy": None, "shadow": {"status": r["status"]}}) for r in page])
             cursor = (page[-1]["created_at_ms"], page[-1]["id"])
         groups = self._store.duplicate_groups(since_ms, self._settings.batch_size)
         if len(groups) >= self._settings.batch_size:
-            self._judged.forget("duplicate")  # one page of the groups: those past it were not read
+            self._judged.forget(MismatchKind.DUPLICATE)  # one page of the groups: those past it were not read
         for group in groups:
-            self._emit([Finding("duplicate", group["legacy_cron_id"], group["last_id"], None, group["origin"],
-                                {"runs": group["n"], "first_run_id": group["first_id"]})])
+            self._emit([Finding(MismatchKind.DUPLICATE, group["legacy_cron_id"], group["last_id"], None,
+                                group["origin"], {"runs": group["n"], "first_run_id": group["first_id"]})])
 
     # -- Crontabs.status / pid against active Runs --------------------------------------------------
 
@@ -359,7 +360,7 @@ class Reconciler:
         self._findings += len(findings)
         for finding in findings:
             opened = self._runs.transaction(lambda tx, f=finding: tx.store.record_mismatch(MismatchRecord(
-                kind=f.kind, dedupe_key=f.dedupe_key, seen_at_ms=tx.at_ms, diff=f.diff, origin=f.origin,
+                kind=f.kind.value, dedupe_key=f.dedupe_key, seen_at_ms=tx.at_ms, diff=f.diff, origin=f.origin,
                 legacy_cron_id=f.cron_id, run_id=f.run_id)))
             if opened:
                 self._metrics.projection_mismatch(_projection(finding))
@@ -370,7 +371,7 @@ class Reconciler:
         fields = sorted(_changed_fields(finding.diff))[:8]
 
         def mutate(store: Any, change: Any) -> None:
-            change.append(EventType.RUN_LEGACY_PROJECTION_MISMATCH, {"kind": finding.kind, "diff": fields})
+            change.append(EventType.RUN_LEGACY_PROJECTION_MISMATCH, {"kind": finding.kind.value, "diff": fields})
 
         self._runs.change(finding.run_id or "", mutate, actor=RECONCILER, command="reconcile",
                           dedupe_key=f"mismatch:{finding.dedupe_key}")

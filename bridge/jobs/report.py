@@ -28,6 +28,7 @@ from bridge.config import ConfigError, Settings, local_zone_name
 from bridge.domain.errors import BridgeError
 from bridge.domain.events import EventType
 from bridge.domain.keys import execution_key, import_key
+from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import IMPORTED_MODE, Origin
 from bridge.service.reports import MAX_KEYS, ReportReads, ReportSources
 from legacy_adapters.callbacks import log_path_digest
@@ -35,7 +36,7 @@ from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.identity import instance_import_key
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
-from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.gates import GateThresholds, OriginFigures, ThresholdError, Window
 from projections.report import assemble, example, origin_entry, timeline, to_json, unobservable_entry
@@ -52,8 +53,7 @@ UNKNOWN = "unknown"
 UNOBSERVABLE = frozenset({Origin.SUBSCRIPTION.value, Origin.SYSTEM.value})
 ORIGIN_ORDER = (*(o.value for o in Origin), UNKNOWN)
 # legacy-2x.md 2.8: the shadow Run status each ended InstanceStatus should sit beside.
-EXPECTED_STATUS = {int(InstanceStatus.FINISHED): "succeeded", int(InstanceStatus.ERROR): "failed",
-                   int(InstanceStatus.STOPPED): "cancelled"}
+EXPECTED_STATUS = {int(status): ended.run.value for status, ended in ENDED_INSTANCE.items()}
 ProgressCallback = Callable[[int, int], None]  # (rows scanned so far, rows to scan), in instance ids
 
 
@@ -329,8 +329,8 @@ def _store_figures(queries: ReportReads, tally: _Tally, window: Window, threshol
             _add(f.expired_mismatches_by_kind, kind, n)
             _add(f.expired_mismatches_by_reason, expired, n)
     for f in tally.figures.values():
-        f.duplicates = f.open_mismatches_by_kind.get("duplicate", 0)
-        f.stuck_runs = f.open_mismatches_by_kind.get("stuck", 0)
+        f.duplicates = f.open_mismatches_by_kind.get(MismatchKind.DUPLICATE, 0)
+        f.stuck_runs = f.open_mismatches_by_kind.get(MismatchKind.STUCK, 0)
     for origin, n in queries.stale_mismatch_counts(thresholds.stale_mismatch_kinds, window.start_ms).items():
         tally.fig(origin).stale_mismatches += n
     for origin, n in queries.runs_created_by_origin(window.start_ms, window.end_ms).items():

@@ -21,10 +21,21 @@ from typing import Protocol
 
 from bridge.domain.aggregate import RunChange
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
-from bridge.domain.events import CALLBACK_MISMATCH_KINDS, STOP_CODES, Actor, ActorType, ErrorCode, EventType
+from bridge.domain.events import STOP_CODES, Actor, ActorType, ErrorCode, EventType
 from bridge.domain.keys import execution_key
 from bridge.domain.ladder import bring_attempt_to_running, bring_run_to_running, open_to_running
-from bridge.domain.model import AttemptStatus, Mode, Owner, Run, RunAttempt, RunStatus
+from bridge.domain.mismatches import MismatchKind
+from bridge.domain.model import (
+    CALLBACK_TRIGGER,
+    PROJECT_ID,
+    AttemptStatus,
+    Mode,
+    Owner,
+    Run,
+    RunAttempt,
+    RunStatus,
+    new_legacy_run,
+)
 from bridge.service.ports import (
     ActiveCandidate,
     DedupeKeyTakenError,
@@ -34,7 +45,6 @@ from bridge.service.ports import (
 )
 from bridge.service.run_service import RunService, RunTransaction
 
-PROJECT_ID = "default"
 CANDIDATE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
 STORED_REVISIONS_KEPT = 4096
 SHELL = Actor(ActorType.LEGACY_SHELL)
@@ -369,12 +379,11 @@ def _strong_match(candidates: list[ActiveCandidate], facts: CallbackFacts) -> Ac
 
 def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *, synthesized: bool) -> Run:
     started = facts.started_at_ms if facts.started_at_ms is not None else facts.received_at_ms
-    run = Run(
-        id=tx.new_id(), project_id=PROJECT_ID, task_id=f"legacy-cron:{facts.cron_id}", task_revision=ctx.task_revision,
-        trigger_type="legacy_callback", status=RunStatus.CREATED, version=0, event_sequence=0,
-        created_at_ms=tx.at_ms, legacy_cron_id=facts.cron_id, idempotency_key=facts.execution_key,
-        origin=ctx.origin, origin_evidence=ctx.evidence, mode=ctx.mode, owner=ctx.owner,
-        legacy_pid=facts.pid, log_ref=facts.log_ref, synthesized=synthesized, received_at_ms=facts.received_at_ms,
+    run = new_legacy_run(
+        run_id=tx.new_id(), cron_id=facts.cron_id, task_revision=ctx.task_revision, trigger_type=CALLBACK_TRIGGER,
+        created_at_ms=tx.at_ms, idempotency_key=facts.execution_key, origin=ctx.origin, origin_evidence=ctx.evidence,
+        mode=ctx.mode, owner=ctx.owner, legacy_pid=facts.pid, log_ref=facts.log_ref, synthesized=synthesized,
+        received_at_ms=facts.received_at_ms,
     )
     mark = _SYNTH if synthesized else {}
     change = tx.create(run, actor=SHELL, payload={"origin": ctx.origin, "evidence": ctx.evidence, **mark})
@@ -500,8 +509,7 @@ def _late(tx: RunTransaction, change: RunChange, attempt: RunAttempt | None, kin
 
 
 def _unplaced(tx: RunTransaction, facts: CallbackFacts, outcome: Outcome, run_ids: list[str]) -> ShadowResult:
-    unmatched, ambiguous = CALLBACK_MISMATCH_KINDS
-    kind = ambiguous if outcome is Outcome.AMBIGUOUS else unmatched
+    kind = (MismatchKind.AMBIGUOUS_CALLBACK if outcome is Outcome.AMBIGUOUS else MismatchKind.UNMATCHED_CALLBACK).value
     tx.store.record_mismatch(MismatchRecord(
         kind=kind, dedupe_key=f"{kind}:{facts.cron_id}:{facts.end_key}", seen_at_ms=tx.at_ms,
         legacy_cron_id=facts.cron_id,

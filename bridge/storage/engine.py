@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -28,6 +29,22 @@ SQLITE_POOL_OVERFLOW = 4  # readers (v3 API, health, flags), the projector and t
 # Page cache per connection (SQLite's default is 2000 KiB). The OS page cache holds the file anyway: on a
 # store of 50,000 executions (202 MiB) a callback's writes took as long with 256 KiB as with 1 MiB.
 SQLITE_CACHE_KIB = 512
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCapabilities:
+    """What the store's backend can do, for code outside storage to ask instead of naming the dialect."""
+
+    single_writer: bool  # one write transaction at a time holds the whole store (SQLite): pace long writes
+    serializable_writes: bool  # writes may run SERIALIZABLE and fail one, to be run again (PostgreSQL)
+    database_roles: bool  # who may write is granted to database roles, not file permissions (PostgreSQL)
+
+
+def store_capabilities(engine: Engine) -> StoreCapabilities:
+    """The capabilities of the store behind ``engine`` (one of the two backends make_engine builds)."""
+    postgres = engine.dialect.name == "postgresql"
+    return StoreCapabilities(single_writer=engine.dialect.name == "sqlite", serializable_writes=postgres,
+                             database_roles=postgres)
 
 
 def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 100, pg_statement_timeout_ms: int = 5000,

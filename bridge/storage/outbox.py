@@ -33,7 +33,6 @@ from bridge.domain.model import RUN_ACTIVE, RUN_TERMINAL
 from bridge.service.outbox import Applied, CronFacts, OutboxRow, RowInputs, RunFacts
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import is_sqlite_busy
-from bridge.storage.runs import _Prepared
 from bridge.storage.schema import (
     BRIDGE_OWNED_SQL,
     index_named,
@@ -43,6 +42,7 @@ from bridge.storage.schema import (
     run_attempts_table,
     runs_table,
 )
+from bridge.storage.statements import PreparedStatement
 
 ACTIVE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
 RECENT_LIMIT = 64
@@ -75,7 +75,7 @@ _RUN_COLUMNS = [_r.c[name] for name in ("id", "legacy_cron_id", "status", "creat
                                          "finished_at_ms", "duration_ms")]
 
 
-def _newest_statement(statuses: Iterable[Any], limit: int) -> _Prepared:
+def _newest_statement(statuses: Iterable[Any], limit: int) -> PreparedStatement:
     """The newest bridge-owned Runs of ``:cron_id`` in these statuses: one leg per status, each a range scan
     of ix_runs_bridge_owned_by_cron with its own LIMIT, then the newest of all legs. The owner predicate is
     the index's own literal text: with a bind, neither planner could use the partial index, and a cron
@@ -88,8 +88,8 @@ def _newest_statement(statuses: Iterable[Any], limit: int) -> _Prepared:
             .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(limit).subquery()
             for status in sorted(statuses)]
     both = union_all(*[select(leg) for leg in legs]).subquery()
-    return _Prepared(select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit),
-                     sqlite_index=index_named(_r, "ix_runs_bridge_owned_by_cron"))
+    return PreparedStatement(select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit),
+                             sqlite_index=index_named(_r, "ix_runs_bridge_owned_by_cron"))
 
 
 _NEWEST_ACTIVE = _newest_statement(RUN_ACTIVE, ACTIVE_LIMIT)

@@ -25,7 +25,7 @@ from bridge.service.queries import (
     run_view,
 )
 from bridge.storage.errors import translated_read
-from bridge.storage.runs import attempt_from_row, event_from_row, run_from_row
+from bridge.storage.rows import attempt_from_row, event_from_row, run_from_row
 from bridge.storage.schema import run_attempts_table, run_events_table, runs_table
 
 _r, _a, _e = runs_table, run_attempts_table, run_events_table

@@ -12,8 +12,9 @@ from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, sele
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from bridge.domain.events import CALLBACK_MISMATCH_KINDS
-from bridge.domain.model import IMPORTED_MODE, RUN_TERMINAL
+from bridge.domain.mismatches import CALLBACK_MISMATCH_KINDS, stored
+from bridge.domain.mismatches import RECONCILER_KINDS as _RECONCILER
+from bridge.domain.model import IMPORTED_MODE, PROJECT_ID, RUN_TERMINAL
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.schema import (
     job_leases_table,
@@ -32,8 +33,8 @@ _COMPARED_OWNERS = ("legacy", "bridge")
 _ADVISORY_CLASS = 0x514C42  # "QLB"
 _ADVISORY_LOCK = "SELECT pg_try_advisory_lock(:c, hashtext(current_schema()))"
 _ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(:c, hashtext(current_schema()))"
-RECONCILER_KINDS = ("missing", "orphan", "duplicate", "stuck", "active_state", "pid", "terminal_status",
-                    "exit_code", "start_time", "finish_time", "invalid_legacy_value", "legacy_duplicate_instance")
+RECONCILER_KINDS = stored(_RECONCILER)  # the kinds a pass may close, as stored
+_CALLBACK_KINDS = stored(CALLBACK_MISMATCH_KINDS)
 _RESOLVE_CHUNK = 500  # mismatch ids per UPDATE: well under any driver's bound-parameter limit
 
 
@@ -56,7 +57,7 @@ class SqlReconcileStore:
                        a.c.status.label("attempt_status"), a.c.exit_code, a.c.started_at_ms, a.c.finished_at_ms,
                        a.c.pid, a.c.executor_handle)
                 .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
-                .where(r.c.project_id == "default", r.c.idempotency_key.in_(list(keys))))
+                .where(r.c.project_id == PROJECT_ID, r.c.idempotency_key.in_(list(keys))))
         with self.read() as conn:
             return {row.idempotency_key: dict(row._mapping) for row in conn.execute(stmt)}
 
@@ -185,7 +186,7 @@ class SqlReconcileStore:
         last seen before ``before_ms`` (the lookback), never deleted."""
         t = mismatches_table
         with self.engine.begin() as conn:
-            return conn.execute(update(t).where(t.c.kind.in_(CALLBACK_MISMATCH_KINDS), t.c.resolved_at_ms.is_(None),
+            return conn.execute(update(t).where(t.c.kind.in_(_CALLBACK_KINDS), t.c.resolved_at_ms.is_(None),
                                                 t.c.last_seen_ms < before_ms)
                                 .values(resolved_at_ms=at_ms, expired_reason=reason,
                                         closed_by_pass=pass_id)).rowcount

@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, insert, or_, select
 from sqlalchemy.exc import DBAPIError
 
-from bridge.domain.events import CALLBACK_MISMATCH_KINDS, EventType
-from bridge.domain.model import IMPORTED_MODE
+from bridge.domain.events import EventType
+from bridge.domain.mismatches import CALLBACK_MISMATCH_KINDS, stored
+from bridge.domain.model import IMPORTED_MODE, PROJECT_ID
 from bridge.service.reports import MAX_KEYS
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import translate_operational_error
@@ -28,8 +29,8 @@ from bridge.storage.schema import (
     runs_table,
 )
 
-PROJECT_ID = "default"  # shadow Runs live in the default project (bridge/service/shadow.py)
 SHADOW_WRITE_FAILED = EventType.COMPAT_SHADOW_WRITE_FAILED.value
+_CALLBACK_KINDS = stored(CALLBACK_MISMATCH_KINDS)
 DAY_MS = 86_400_000
 
 
@@ -114,7 +115,7 @@ class ReportQueries:
         """Unmatched / ambiguous callbacks first seen in the window (resolved or not), per (origin, kind)."""
         t = mismatches_table
         stmt = (select(t.c.origin, t.c.kind, func.count())
-                .where(t.c.kind.in_(CALLBACK_MISMATCH_KINDS), t.c.first_seen_ms >= since_ms,
+                .where(t.c.kind.in_(_CALLBACK_KINDS), t.c.first_seen_ms >= since_ms,
                        t.c.first_seen_ms <= until_ms)
                 .group_by(t.c.origin, t.c.kind))
         with self._read() as conn:
@@ -124,7 +125,7 @@ class ReportQueries:
         """One keyset page (by id) of the window's callback mismatches that carry no origin."""
         t = mismatches_table
         stmt = (select(t.c.id, t.c.kind, t.c.legacy_cron_id, t.c.diff)
-                .where(t.c.kind.in_(CALLBACK_MISMATCH_KINDS), t.c.origin.is_(None), t.c.first_seen_ms >= since_ms,
+                .where(t.c.kind.in_(_CALLBACK_KINDS), t.c.origin.is_(None), t.c.first_seen_ms >= since_ms,
                        t.c.first_seen_ms <= until_ms, t.c.id > after_id)
                 .order_by(t.c.id).limit(limit))
         with self._read() as conn:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
+from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import IMPORTED_MODE
 from bridge.service.seam import OriginCoverage
 from bridge.storage.engine import READ_ONLY
@@ -14,8 +15,9 @@ from bridge.storage.schema import mismatches_table, runs_table
 
 def recent_coverage(engine: Engine, since_ms: int) -> list[OriginCoverage]:
     m, r = mismatches_table, runs_table
-    missing_q = (select(m.c.origin, func.count()).where(m.c.kind == "missing", m.c.resolved_at_ms.is_(None),
-                                                        m.c.last_seen_ms >= since_ms, m.c.origin.is_not(None))
+    missing_q = (select(m.c.origin, func.count())
+                 .where(m.c.kind == MismatchKind.MISSING.value, m.c.resolved_at_ms.is_(None),
+                        m.c.last_seen_ms >= since_ms, m.c.origin.is_not(None))
                  .group_by(m.c.origin))
     # Grouped by an expression, not the column: SQLite would otherwise walk all of ix_runs_origin_created to
     # group, where this reads only the window's range of ix_runs_created_id (8-10 ms vs 1.5 ms at 100k Runs).

@@ -32,8 +32,10 @@ from bridge.domain.step_run_mutation import (
     validate,
 )
 from bridge.service.ports import StepRunPage
-from bridge.storage.runs import _INSERT_EVENT, Params, _event_values, _execute_all, _Prepared, _Result
+from bridge.storage.engine import store_capabilities
+from bridge.storage.run_fence import advance_run, fence_held, insert_event
 from bridge.storage.schema import STEP_RUN_MIRROR, runs_table, step_run_mutations_table, step_runs_table
+from bridge.storage.statements import PreparedStatement, Statement, StatementResult, execute_all
 from bridge.storage.step_run_queries import SqlStepRunReader, mutation_from_row, step_run_from_record
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 
@@ -52,27 +54,23 @@ _STEP_RUN_FIXED = frozenset({"id", "run_id", "kind", "created_at_ms", "schema_id
 _LEDGER_COLUMNS = [c.name for c in _m.columns]
 
 _PG_BEGIN = [
-    _Prepared(text("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")),
-    _Prepared(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")),
-    _Prepared(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")),
-    _Prepared(text(f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_TIMEOUT_MS}")),
+    PreparedStatement(text("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")),
+    PreparedStatement(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")),
+    PreparedStatement(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")),
+    PreparedStatement(text(f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_TIMEOUT_MS}")),
 ]
 # Serialise on the Run: its row lock on PostgreSQL; on SQLite BEGIN IMMEDIATE already holds the store's lock.
-_LOCK_RUN = _Prepared(select(_r.c.id, _r.c.status, _r.c.version, _r.c.event_sequence)
-                      .where(_r.c.id == bindparam("b_id")).with_for_update())
-_SELECT_MUTATION = _Prepared(select(_m).where(_m.c.mutation_id == bindparam("b_id")))
-_SELECT_STEP_RUN = _Prepared(select(_s.c.id, _s.c.record).where(_s.c.id == bindparam("b_id")))
-_COUNT_STEP_RUNS = _Prepared(select(func.count()).select_from(_s).where(_s.c.run_id == bindparam("b_run_id")))
-_INSERT_STEP_RUN = _Prepared(insert(_s), _STEP_RUN_COLUMNS)
-_CAS_STEP_RUN = _Prepared(
+_LOCK_RUN = PreparedStatement(select(_r.c.id, _r.c.status, _r.c.version, _r.c.event_sequence)
+                              .where(_r.c.id == bindparam("b_id")).with_for_update())
+_SELECT_MUTATION = PreparedStatement(select(_m).where(_m.c.mutation_id == bindparam("b_id")))
+_SELECT_STEP_RUN = PreparedStatement(select(_s.c.id, _s.c.record).where(_s.c.id == bindparam("b_id")))
+_COUNT_STEP_RUNS = PreparedStatement(select(func.count()).select_from(_s).where(_s.c.run_id == bindparam("b_run_id")))
+_INSERT_STEP_RUN = PreparedStatement(insert(_s), _STEP_RUN_COLUMNS)
+_CAS_STEP_RUN = PreparedStatement(
     update(_s).where(_s.c.id == bindparam("b_id"), _s.c.version == bindparam("b_version"),
                      _s.c.digest == bindparam("b_digest"), _s.c.status == bindparam("b_status")),
     [c for c in _STEP_RUN_COLUMNS if c not in _STEP_RUN_FIXED])
-_ADVANCE_RUN = _Prepared(
-    update(_r).where(_r.c.id == bindparam("b_id"), _r.c.version == bindparam("b_version"),
-                     _r.c.event_sequence == bindparam("b_sequence")),
-    ["version", "event_sequence"])
-_INSERT_LEDGER = _Prepared(insert(_m), _LEDGER_COLUMNS)
+_INSERT_LEDGER = PreparedStatement(insert(_m), _LEDGER_COLUMNS)
 
 
 class _Retry(Exception):
@@ -111,8 +109,8 @@ class SqlStepRunRepository:
         # The unit of work hands the work its Connection itself (the transaction object of this repository).
         factory = cast(Any, lambda conn: conn)
         self._uow = SqlUnitOfWork(engine, busy_budget_ms=busy_budget_ms, outcomes=outcomes, store_factory=factory)
-        # Capability: PostgreSQL runs mutations SERIALIZABLE and may fail one to retry; SQLite has one writer.
-        self.serializable = engine.dialect.name == "postgresql"
+        # PostgreSQL runs mutations SERIALIZABLE and may fail one to retry; SQLite has one writer.
+        self.serializable = store_capabilities(engine).serializable_writes
         self._begin = _PG_BEGIN if self.serializable else []
         self._checkpoint = checkpoint or _nothing
         self.serialization_retries = 0  # how many times a mutation ran again; for tests and diagnostics
@@ -144,7 +142,7 @@ class SqlStepRunRepository:
         step = self._checkpoint
         step("serialise")
         creating = isinstance(command, CreateStepRun)
-        reads: list[tuple[_Prepared, Params | list[Params]]] = [(prepared, {}) for prepared in self._begin]
+        reads: list[Statement] = [(prepared, {}) for prepared in self._begin]
         reads += [(_LOCK_RUN, {"b_id": command.run_id}), (_SELECT_MUTATION, {"b_id": command.mutation_id}),
                   (_COUNT_STEP_RUNS, {"b_run_id": command.run_id}) if isinstance(command, CreateStepRun)
                   else (_SELECT_STEP_RUN, {"b_id": command.step_run_id})]
@@ -169,38 +167,37 @@ class SqlStepRunRepository:
         values = step_run_values(decision.step_run)
         step("write_step_run")
         if decision.expected is None:
-            writes: list[tuple[_Prepared, Params | list[Params]]] = [(_INSERT_STEP_RUN, values)]
+            writes: list[Statement] = [(_INSERT_STEP_RUN, values)]
         else:
             expected = decision.expected
             changed = {k: v for k, v in values.items() if k not in _STEP_RUN_FIXED}
             writes = [(_CAS_STEP_RUN, {**changed, "b_id": expected.id, "b_version": expected.version,
                                        "b_digest": expected.digest, "b_status": expected.status.value})]
         step("advance_run")
-        writes.append((_ADVANCE_RUN, {"version": decision.run_version, "event_sequence": decision.event_sequence,
-                                      "b_id": fence.run_id, "b_version": fence.version,
-                                      "b_sequence": fence.event_sequence}))
+        writes.append(advance_run(fence.run_id, expected_version=fence.version, expected_sequence=fence.event_sequence,
+                                  version=decision.run_version, event_sequence=decision.event_sequence))
         step("append_event")
-        writes.append((_INSERT_EVENT, _event_values(decision.event)))
+        writes.append(insert_event(decision.event))
         step("append_ledger")
         writes.append((_INSERT_LEDGER, _ledger_values(decision.ledger)))
         results = _send(conn, writes)
         _check_rowcounts(decision, fence, results)
 
 
-def _check_rowcounts(decision: StepRunDecision, fence: RunFence, results: list[_Result]) -> None:
+def _check_rowcounts(decision: StepRunDecision, fence: RunFence, results: list[StatementResult]) -> None:
     """Both compare-and-sets must have hit; a miss (another path changed the rows) rolls the whole mutation back."""
     expected = decision.expected
     if expected is not None and results[0].rowcount != 1:
         raise StepRunVersionConflictError(expected.id, {"version": expected.version, "digest": expected.digest,
                                                         "status": expected.status.value}, {})
-    if results[1].rowcount != 1:
+    if not fence_held(results[1]):
         raise RunFenceConflictError(fence.run_id, (fence.version, fence.event_sequence), (-1, -1))
 
 
-def _send(conn: Connection, statements: list[tuple[_Prepared, Params | list[Params]]]) -> list[_Result]:
+def _send(conn: Connection, statements: list[Statement]) -> list[StatementResult]:
     """Run the statements; a serialization failure or deadlock (or a twin's ledger row) becomes a retry."""
     try:
-        return _execute_all(conn, statements)
+        return execute_all(conn, statements)
     except DBAPIError as exc:
         if exc.connection_invalidated:
             raise  # the unit of work retries a dropped connection on a fresh one

@@ -69,14 +69,13 @@ from bridge.service.ids import new_id
 from bridge.service.run_service import RunService
 from bridge.storage.engine import SQLITE_CACHE_KIB, make_engine
 from bridge.storage.migrate import upgrade
+from bridge.storage.run_fence import _UPDATE_RUN, INSERT_EVENT
 from bridge.storage.runs import (
     _INSERT_ATTEMPT,
-    _INSERT_EVENT,
     _INSERT_RUN,
     _SELECT_ATTEMPT,
     _SELECT_RUN,
     _UPDATE_ATTEMPT,
-    _UPDATE_RUN,
 )
 from bridge.storage.schema import run_attempts_table, run_events_table, runs_table
 from bridge.storage.unit_of_work import SqlUnitOfWork
@@ -197,7 +196,7 @@ class Statement:
 
     @classmethod
     def of(cls, prepared: Any, dialect: Any, names: tuple[str, ...]) -> Statement:
-        # _Prepared._for is where SqlRunStore compiles its statements once per dialect: the texts are taken from
+        # PreparedStatement._for is where SqlRunStore compiles its statements once per dialect: the texts are taken from
         # there, not written again here, so the two sides cannot drift apart.
         sql, order, defaults = prepared._for(dialect)
         assert not defaults, f"a statement with parameters the raw side does not fill: {defaults}"
@@ -214,7 +213,7 @@ class RawStore:
     Statement for statement what RunService sends today (`bridge/storage/runs.py`, `SqlUnitOfWork`): the same
     SQL texts, one cursor per statement, the events as one ``executemany`` (even for one row), the same CAS
     conditions and row-count checks. SQLite: ``BEGIN IMMEDIATE`` first, as engine.py issues for writes.
-    PostgreSQL: the transaction opened implicitly by psycopg and the same pipelines as `_execute_all`: a
+    PostgreSQL: the transaction opened implicitly by psycopg and the same pipelines as `execute_all`: a
     command's first read carries the BEGIN (a pipeline of one statement), the writes of a change go out
     together in one pipeline, COMMIT on its own. Rows are plain lists and tuples in column order, as a hand
     written DB-API program keeps them.
@@ -228,7 +227,7 @@ class RawStore:
         self.select_attempt = Statement.of(_SELECT_ATTEMPT, dialect, ("b_id",))
         self.insert_run = Statement.of(_INSERT_RUN, dialect, RUN_COLS)
         self.insert_attempt = Statement.of(_INSERT_ATTEMPT, dialect, ATT_COLS)
-        self.insert_event = Statement.of(_INSERT_EVENT, dialect, EVT_COLS)
+        self.insert_event = Statement.of(INSERT_EVENT, dialect, EVT_COLS)
         self.update_run = Statement.of(_UPDATE_RUN, dialect, (*RUN_COLS[1:], "b_id", "b_version"))
         self.update_attempt = Statement.of(_UPDATE_ATTEMPT, dialect,
                                            (*ATT_COLS[1:], "b_id", "b_status", "b_sequence"))

@@ -357,7 +357,7 @@ def measure(env: Env, n: int, blocks: int, warmup: int) -> dict[str, Sample]:
 def audit(env: Env) -> tuple[dict[str, list[int]], dict[str, list[int]] | None]:
     """Statements (incl. BEGIN and COMMIT) per mutation of one lifecycle; on PostgreSQL also round trips."""
     counter = [0]
-    original = step_runs_module._execute_all
+    original = step_runs_module.execute_all
 
     def counting(conn: Any, statements: list[Any]) -> Any:
         counter[0] += len(statements)
@@ -367,7 +367,7 @@ def audit(env: Env) -> tuple[dict[str, list[int]], dict[str, list[int]] | None]:
         counter[0] += 1
 
     statements: dict[str, list[int]] = {}
-    step_runs_module._execute_all = counting  # type: ignore[assignment]
+    step_runs_module.execute_all = counting  # type: ignore[assignment]
     # SQLite's BEGIN IMMEDIATE, which the store sends on the driver's connection when a transaction begins
     # (PostgreSQL's BEGIN travels with the first statement and is no statement of its own).
     count_begin = env.name == "sqlite"
@@ -382,7 +382,7 @@ def audit(env: Env) -> tuple[dict[str, list[int]], dict[str, list[int]] | None]:
         runner(env, IMPLS[1])(lat, lambda: env.raw.statements)
         statements[IMPLS[1]] = [x[0] for x in lat]
     finally:
-        step_runs_module._execute_all = original  # type: ignore[assignment]
+        step_runs_module.execute_all = original  # type: ignore[assignment]
         if count_begin:
             event.remove(env.engine, "begin", one)
         event.remove(env.engine, "commit", one)

@@ -1,5 +1,5 @@
 """When a 2.x schedule fires, as the process that runs it decides: node-schedule's cron-parser 4.9.0 in
-node mode, busybox crond in system mode (legacy_adapters/origin.py).
+node mode, busybox crond in system mode (legacy_adapters/node_schedule.py, busybox_crond.py).
 
 Expectations never come from the code under test. Where both 2.x schedulers agree with Vixie cron, croniter
 (a test-only dependency) is the oracle. Where they do not, the expected days are written out by hand; each

@@ -6,8 +6,9 @@ import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bridge.storage.outbox import _NEWEST_ACTIVE
-from bridge.storage.runs import _ACTIVE_CANDIDATES, pin_sqlite_index
+from bridge.storage.runs import _ACTIVE_CANDIDATES
 from bridge.storage.schema import index_named, runs_table
+from bridge.storage.statements import pin_sqlite_index
 
 
 def test_each_from_of_the_table_names_the_index_and_other_tables_are_left_alone() -> None:
