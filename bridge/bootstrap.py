@@ -19,7 +19,7 @@ from bridge.service.flags import CachedModes, FlagService
 from bridge.service.imports import ImportUnitOfWork
 from bridge.service.ports import Clock, ModeSource, ServiceMetrics
 from bridge.service.run_service import RunService
-from bridge.storage.engine import make_engine
+from bridge.storage.engine import make_engine, store_capabilities
 from bridge.storage.migrate import refuse_legacy_database
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 
@@ -298,7 +298,7 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
         recorder, reader, modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         auth=auth or LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit,
-        read_ahead=store.engine.dialect.name == "postgresql",
+        read_ahead=store_capabilities(store.engine).reads_are_round_trips,
         stops=stops or build_stop_decisions(settings, store, recorder, reader))
 
 

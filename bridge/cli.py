@@ -538,12 +538,13 @@ def db_roles(runtime: str, reader: str) -> None:
     RUNTIME may read and write what `serve` writes, but StepRuns are never deleted, and the StepRun mutation ledger
     and run_events are append-only; READER may only read. Neither may change the schema. New roles can log in but
     have no password: set one with ALTER ROLE, or authenticate them in pg_hba.conf."""
+    from bridge.storage.engine import store_capabilities
     from bridge.storage.roles import apply_roles
 
     settings = _settings()
     store = _current_store(settings)
     try:
-        if store.engine.dialect.name != "postgresql":
+        if not store_capabilities(store.engine).database_roles:
             _fail("db roles: a SQLite store has no roles; who may write it is the file's permissions")
         try:
             granted = apply_roles(store.engine, runtime=runtime, reader=reader)

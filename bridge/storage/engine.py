@@ -38,13 +38,14 @@ class StoreCapabilities:
     single_writer: bool  # one write transaction at a time holds the whole store (SQLite): pace long writes
     serializable_writes: bool  # writes may run SERIALIZABLE and fail one, to be run again (PostgreSQL)
     database_roles: bool  # who may write is granted to database roles, not file permissions (PostgreSQL)
+    reads_are_round_trips: bool  # every read crosses the network to a server (PostgreSQL): read ahead of a write
 
 
 def store_capabilities(engine: Engine) -> StoreCapabilities:
     """The capabilities of the store behind ``engine`` (one of the two backends make_engine builds)."""
     postgres = engine.dialect.name == "postgresql"
     return StoreCapabilities(single_writer=engine.dialect.name == "sqlite", serializable_writes=postgres,
-                             database_roles=postgres)
+                             database_roles=postgres, reads_are_round_trips=postgres)
 
 
 def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 100, pg_statement_timeout_ms: int = 5000,
