@@ -9,14 +9,14 @@ from sqlalchemy import create_engine
 from bridge.storage.engine import StoreCapabilities, store_capabilities
 
 
-def test_sqlite_has_one_writer_and_postgresql_serializable_writes_and_roles(tmp_path: Path) -> None:
+def test_sqlite_has_one_writer_and_postgresql_serializable_writes_roles_and_round_trips(tmp_path: Path) -> None:
     sqlite = create_engine(f"sqlite:///{tmp_path / 'store.sqlite'}")
     postgres = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")  # never connects
     try:
         assert store_capabilities(sqlite) == StoreCapabilities(single_writer=True, serializable_writes=False,
-                                                               database_roles=False)
+                                                               database_roles=False, reads_are_round_trips=False)
         assert store_capabilities(postgres) == StoreCapabilities(single_writer=False, serializable_writes=True,
-                                                                 database_roles=True)
+                                                                 database_roles=True, reads_are_round_trips=True)
     finally:
         sqlite.dispose()
         postgres.dispose()
