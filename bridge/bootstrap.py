@@ -21,6 +21,7 @@ from bridge.service.ports import Clock, ModeSource, ServiceMetrics
 from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine, store_capabilities
 from bridge.storage.migrate import refuse_legacy_database
+from bridge.storage.runs import SqlRunStore
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
@@ -52,7 +53,7 @@ def build_readers(engine: Engine) -> StoreReaders:
 @dataclass
 class Store:
     engine: Engine
-    uow: SqlUnitOfWork
+    uow: SqlUnitOfWork[SqlRunStore]
     runs: RunService
     writes: WriteOutcomes = field(init=False)  # what readiness judges the store on
 
@@ -80,7 +81,8 @@ def build_store(settings: Settings, *, clock: Clock | None = None, metrics: Serv
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
     refuse_legacy_database(engine)  # before any connection could switch 2.x's file to WAL
-    uow = SqlUnitOfWork(engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=WriteOutcomes())
+    uow: SqlUnitOfWork[SqlRunStore] = SqlUnitOfWork(engine, busy_budget_ms=settings.sqlite_busy_budget_ms,
+                                                    outcomes=WriteOutcomes())
     runs = RunService(uow, clock=clock or SystemClock(), metrics=metrics, payload_cap_bytes=settings.payload_cap_bytes)
     return Store(engine=engine, uow=uow, runs=runs)
 
@@ -344,7 +346,7 @@ def write_cutover_report(settings: Settings, **options: Any) -> tuple[Any, Any]:
     """`bridge report`: the report job, given the store's side once its arguments are checked."""
     from bridge.jobs.report import run_report
 
-    return run_report(settings, partial(_report_store, settings), **options)  # type: ignore[no-any-return]
+    return run_report(settings, partial(_report_store, settings), **options)
 
 
 @contextmanager

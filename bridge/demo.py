@@ -147,7 +147,7 @@ def read_log(proc: subprocess.Popen[bytes]) -> str:
     """What a `bridge_process` child has logged so far."""
     log_file = proc.log_file  # type: ignore[attr-defined]
     log_file.seek(0)
-    return log_file.read().decode(errors="replace")
+    return str(log_file.read().decode(errors="replace"))
 
 
 class Shell:
@@ -168,7 +168,7 @@ class Shell:
         return reply.status_code
 
 
-def scenarios(shell: Shell, double: Legacy2xDouble, crons: Crons, now_s: int) -> list[tuple[str, Callable[[], None]]]:
+def scenarios(shell: Shell, double: Legacy2xDouble, crons: Crons, now_s: int) -> list[tuple[str, Callable[[], object]]]:
     hour = now_s - now_s % 3600
     tick = now_s - now_s % 5
     log = "report_{}/2026-12-02-{}.log".format
@@ -219,7 +219,7 @@ def summary(database_url: str) -> tuple[Table, dict[str, int], int]:
             counts: dict[str, dict[str, int]] = {}
             for name, status, count in rows:
                 counts.setdefault(name or "unknown", {})[status] = count
-            events = dict(conn.execute(select(run_events_table.c.type, func.count())
+            events: dict[str, int] = dict(conn.execute(select(run_events_table.c.type, func.count())
                                        .group_by(run_events_table.c.type)).all())
             mismatches = conn.execute(select(func.count()).select_from(mismatches_table)).scalar_one()
     finally:

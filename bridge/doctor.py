@@ -154,7 +154,7 @@ def check_coverage(evidence: Evidence) -> Check:
 def check_time_zone(evidence: Evidence) -> Check:
     zone_name = evidence.settings.legacy_tz or local_zone_name()
     offsets = Counter(o for o in (log_name_offset_s(p, s) for p, s in evidence.recent_instances) if o is not None)
-    backend_tz = {b.environ.get("TZ") for b in evidence.backends if b.environ and b.environ.get("TZ")}
+    backend_tz = {tz for b in evidence.backends if b.environ and (tz := b.environ.get("TZ"))}
     if not offsets:
         extra = f"; 2.x's backend has TZ={', '.join(sorted(backend_tz))}" if backend_tz else ""
         return Check("time zone", "warn", f"no 2.x log name to read its UTC offset from yet{extra}",

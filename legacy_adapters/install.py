@@ -68,7 +68,8 @@ def log_name_offset_s(log_path: str | None, started_at_s: float | None) -> int |
     if match is None:
         return None
     try:
-        local = datetime(*(int(g) for g in match.groups()), tzinfo=UTC)  # the wall clock, read as if UTC
+        year, month, day, hour, minute, second = (int(g) for g in match.groups())
+        local = datetime(year, month, day, hour, minute, second, tzinfo=UTC)  # the wall clock, read as if UTC
         moment = datetime.fromtimestamp(float(started_at_s), UTC)
     except (ValueError, OverflowError, OSError):
         return None

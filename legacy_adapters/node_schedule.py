@@ -195,13 +195,13 @@ def _parse_node_field(index: int, value: str) -> list[_Value]:
                 if not is_special(number) and not (isinstance(number, int) and low <= number <= high):
                     raise _Invalid(f"Constraint error, got value {number}")
                 stack.append(number)
-        elif is_special(result):
+        elif isinstance(result, str) and is_special(result):
             stack.append(result)
         else:
-            number = _js_number(result) if isinstance(result, str) else result
-            if math.isnan(number) or not low <= number <= high:
+            single = _js_number(result)
+            if math.isnan(single) or not low <= single <= high:
                 raise _Invalid(f"Constraint error, got value {result}")
-            stack.append(int(number) % 7 if field == "dayOfWeek" else int(number))
+            stack.append(int(single) % 7 if field == "dayOfWeek" else int(single))
     return sorted(stack, key=lambda v: (1, v, 0) if isinstance(v, str) else (0, "", v))
 
 

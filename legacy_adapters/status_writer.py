@@ -60,21 +60,37 @@ class LegacyBusyError(BridgeError):
 
 
 class CrontabValues(Protocol):
-    status: int
-    pid: int | None
-    log_path: str | None
-    last_execution_time: int | None
-    last_running_time: int | None
+    """The Crontabs columns a projection writes (read-only: a frozen projection satisfies it)."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def log_path(self) -> str | None: ...
+    @property
+    def last_execution_time(self) -> int | None: ...
+    @property
+    def last_running_time(self) -> int | None: ...
 
 
 class InstanceValues(Protocol):
-    cron_id: int
-    pid: int | None
-    log_path: str | None
-    started_at: int
-    finished_at: int | None
-    status: int
-    exit_code: int | None
+    """The RunningInstances columns a projection writes."""
+
+    @property
+    def cron_id(self) -> int: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def log_path(self) -> str | None: ...
+    @property
+    def started_at(self) -> int: ...
+    @property
+    def finished_at(self) -> int | None: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def exit_code(self) -> int | float | None: ...
 
 
 def _primary_code(exc: sqlite3.Error) -> int | None:

@@ -115,7 +115,8 @@ _DEEPDIFF_ONE_SIDE = {"dictionary_item_added": "shadow", "iterable_item_added": 
 # Hand-made diffs whose plain fields describe one side (bridge/jobs/reconcile.py, bridge/service/shadow.py): two
 # shadow Runs for one 2.x execution; a 2.x value no rule can judge; the shadow Runs an end callback could close
 # (its pid and log digest stay context).
-_ONE_SIDED_KINDS = {MismatchKind.DUPLICATE: "shadow", MismatchKind.INVALID_LEGACY_VALUE: "legacy"}
+_ONE_SIDED_KINDS: dict[str, str] = {MismatchKind.DUPLICATE.value: "shadow",
+                                    MismatchKind.INVALID_LEGACY_VALUE.value: "legacy"}
 _SHADOW_FIELDS = frozenset({"candidates", "run_ids"})
 _PATH_PART = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]")
 

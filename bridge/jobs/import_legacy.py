@@ -44,7 +44,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -454,7 +454,7 @@ class _Importer:
                 self.pacing.wait_turn()
             try:
                 at_ms = self.clock.now_ms()
-                result = self.uow.write(lambda store, planned=planned, at_ms=at_ms: write(_Tx(store, at_ms), planned))
+                result = self.uow.write(partial(_write_planned, write, planned, at_ms))
             except (IdempotencyKeyTakenError, DedupeKeyTakenError, StorageError):
                 if attempt == BATCH_ATTEMPTS:
                     raise
@@ -705,3 +705,8 @@ __all__ = [
     "CURSOR_KEY", "DELETED_CRON_REVISION", "FINISH_TIME_UNKNOWN", "ImportRefusedError",
     "ImportSummary", "backup_copy", "print_summary", "run_import",
 ]
+
+
+def _write_planned(write: Callable[[_Tx, list[_Planned]], T], planned: list[_Planned], at_ms: int, store: Any) -> T:
+    """One batch's write on the store a unit of work hands out, at the batch's time."""
+    return write(_Tx(store, at_ms), planned)

@@ -19,7 +19,7 @@ import socket
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import islice
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
@@ -35,7 +35,7 @@ from bridge.jobs.stop_decisions import RECONCILER, legacy_stop_code
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.reconcile import ReconcileStore
-from bridge.service.run_service import RunService
+from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PendingEndStore, ShadowRecorder
 from bridge.storage.errors import translate_operational_error
 from legacy_adapters.errors import LegacyDatabaseError
@@ -211,8 +211,8 @@ class Reconciler:
         imports = {key: instance_import_key(rows[0]) for key, rows in executions.items()}
         runs = self._store.runs_by_keys([*executions, *imports.values(), *(import_key(i.id) for i in window)])
         earlier = self._store.mark_seen(pass_id, [run["id"] for run in runs.values()])
-        for run in runs.values():
-            self._judged.run_matched(run["id"])
+        for matched in runs.values():
+            self._judged.run_matched(matched["id"])
         cutoff_s = (now_ms - self._settings.grace_s * 1000) / 1000
         for key, rows in executions.items():
             stats["instances"] += 1
@@ -359,9 +359,7 @@ class Reconciler:
     def _emit(self, findings: list[Finding]) -> None:
         self._findings += len(findings)
         for finding in findings:
-            opened = self._runs.transaction(lambda tx, f=finding: tx.store.record_mismatch(MismatchRecord(
-                kind=f.kind.value, dedupe_key=f.dedupe_key, seen_at_ms=tx.at_ms, diff=f.diff, origin=f.origin,
-                legacy_cron_id=f.cron_id, run_id=f.run_id)))
+            opened = self._runs.transaction(partial(_record_mismatch, finding))
             if opened:
                 self._metrics.projection_mismatch(_projection(finding))
             if opened and finding.run_id is not None:
@@ -400,3 +398,10 @@ def _changed_fields(diff: dict[str, Any]) -> set[str]:
             names.add(section)
         names.update(str(p).removeprefix("root['").split("'")[0] for p in paths)
     return names
+
+
+def _record_mismatch(finding: Finding, tx: RunTransaction) -> bool:
+    """Record one finding's mismatch row; True when it is newly open."""
+    return tx.store.record_mismatch(MismatchRecord(
+        kind=finding.kind.value, dedupe_key=finding.dedupe_key, seen_at_ms=tx.at_ms, diff=finding.diff,
+        origin=finding.origin, legacy_cron_id=finding.cron_id, run_id=finding.run_id))

@@ -168,8 +168,8 @@ def parse_since(raw: str) -> int:
     except ValueError:
         raise InvalidQueryError("since", "is not a valid date and time") from None
     digits = (match.group(1) or ".")[1:]
-    fraction_ms = -(-int(digits or "0") * 1000 // 10 ** len(digits))  # ceiling, in whole integers
-    return (moment - _EPOCH) // timedelta(milliseconds=1) + fraction_ms
+    fraction_ms = -(-int(digits or "0") * 1000 // int(10 ** len(digits)))  # ceiling, in whole integers
+    return int((moment - _EPOCH) // timedelta(milliseconds=1)) + fraction_ms
 
 
 def _single_values(args: Mapping[str, Sequence[str]], known: frozenset[str]) -> dict[str, str]:

@@ -94,7 +94,7 @@ class InMemoryRunStore:
     def active_candidates(self, legacy_cron_id: int, limit: int) -> list[ActiveCandidate]:
         runs = sorted((r for r in self._s.runs.values() if r.legacy_cron_id == legacy_cron_id and not r.is_terminal),
                       key=lambda r: (r.created_at_ms, r.id), reverse=True)[:limit]
-        return [ActiveCandidate(r, (self.get_attempts(r.id) or [None])[-1]) for r in runs]
+        return [ActiveCandidate(r, _latest(self.get_attempts(r.id))) for r in runs]
 
     def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
         self._s.snapshots.setdefault(snapshot.task_revision, snapshot)
@@ -136,3 +136,7 @@ class InMemoryUnitOfWork:
     def read(self, work: Callable[[InMemoryRunStore], T]) -> T:
         with self._lock:
             return work(InMemoryRunStore(self._state))
+
+
+def _latest(attempts: list[RunAttempt]) -> RunAttempt | None:
+    return attempts[-1] if attempts else None

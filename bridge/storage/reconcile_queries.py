@@ -132,7 +132,9 @@ class SqlReconcileStore:
     def open_pass(self, at_ms: int) -> int:
         with self.engine.begin() as conn:
             result = conn.execute(insert(reconcile_passes_table).values(started_at_ms=at_ms, result="running"))
-            return int(result.inserted_primary_key[0])
+            key = result.inserted_primary_key
+            assert key is not None  # an INSERT of one row always has its key
+            return int(key[0])
 
     def close_pass(self, pass_id: int, at_ms: int, result: str, reason: str | None, stats: dict[str, Any]) -> None:
         with self.engine.begin() as conn:

@@ -168,7 +168,9 @@ class ReportQueries:
             with self.engine.begin() as conn:
                 result = conn.execute(insert(cutover_reports_table).values(
                     created_at_ms=created_at_ms, window_start_ms=window[0], window_end_ms=window[1], body=body_json))
-                return int(result.inserted_primary_key[0])
+                key = result.inserted_primary_key
+                assert key is not None  # an INSERT of one row always has its key
+                return int(key[0])
         except DBAPIError as exc:
             raise translate_operational_error(exc) from exc
 

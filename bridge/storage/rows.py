@@ -18,7 +18,7 @@ RUN_FIELDS = tuple(f.name for f in fields(Run))
 ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
 
 
-def run_from_row(row: Mapping[str, Any]) -> Run:
+def run_from_row(row: Mapping[Any, Any]) -> Run:
     values = {name: row[name] for name in RUN_FIELDS}
     values["status"] = RunStatus(values["status"])
     values["origin"] = member(Origin, values["origin"])
@@ -28,14 +28,14 @@ def run_from_row(row: Mapping[str, Any]) -> Run:
     return Run(**values)
 
 
-def attempt_from_row(row: Mapping[str, Any]) -> RunAttempt:
+def attempt_from_row(row: Mapping[Any, Any]) -> RunAttempt:
     values = {name: row[name] for name in ATTEMPT_FIELDS}
     values["status"] = AttemptStatus(values["status"])
     values["synthesized"] = bool(values["synthesized"])
     return RunAttempt(**values)
 
 
-def event_from_row(row: Mapping[str, Any]) -> RunEvent:
+def event_from_row(row: Mapping[Any, Any]) -> RunEvent:
     return RunEvent(
         id=row["id"], run_id=row["run_id"], sequence=row["sequence"], type=EventType(row["type"]),
         actor_type=ActorType(row["actor_type"]), created_at_ms=row["created_at_ms"],

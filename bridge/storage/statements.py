@@ -12,10 +12,11 @@ import re
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, Dialect, Executable, Index
+from sqlalchemy import ClauseElement, Connection, Dialect, Index
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.compiler import SQLCompiler
 
 Params = dict[str, Any]
 # A statement and its parameters: one dict, or a list of them for executemany.
@@ -57,7 +58,7 @@ class PreparedStatement:
     ``sqlite_index``: an index of the statement's table that its SQLite text must read (``pin_sqlite_index``).
     """
 
-    def __init__(self, stmt: Executable, column_keys: list[str] | None = None, *,
+    def __init__(self, stmt: ClauseElement, column_keys: list[str] | None = None, *,
                  sqlite_index: Index | None = None) -> None:
         self._stmt = stmt
         self._keys = column_keys
@@ -96,7 +97,7 @@ class PreparedStatement:
     def _for(self, dialect: Dialect) -> tuple[str, tuple[str, ...] | None, Params]:
         found = self._compiled.get(dialect.name)
         if found is None:
-            compiled = self._stmt.compile(dialect=dialect, column_keys=self._keys)
+            compiled = cast(SQLCompiler, self._stmt.compile(dialect=dialect, column_keys=self._keys))
             order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
             defaults = {name: bind.value for name, bind in compiled.binds.items()
                         if not bind.required and bind.value is not None}
@@ -147,7 +148,7 @@ def _pipeline_for(raw: Any, *, several: bool) -> AbstractContextManager[Any]:
     if pipeline is None or not _pipeline_supported():
         return nullcontext()  # SQLite, or a libpq without pipeline mode
     if several or raw.info.transaction_status == _idle_status():
-        return pipeline()
+        return cast(AbstractContextManager[Any], pipeline())
     return nullcontext()
 
 

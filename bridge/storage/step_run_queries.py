@@ -28,7 +28,7 @@ def step_run_from_record(record: str, step_run_id: str) -> StepRun:
     return StepRun.from_json(record, where=f"step_runs {step_run_id}")
 
 
-def mutation_from_row(row: Mapping[str, Any]) -> MutationRecord:
+def mutation_from_row(row: Mapping[Any, Any]) -> MutationRecord:
     return MutationRecord(
         mutation_id=row["mutation_id"], op=row["op"], run_id=row["run_id"], step_run_id=row["step_run_id"],
         request_digest=row["request_digest"],

@@ -51,7 +51,8 @@ class BridgeAsgi:
         settings = container.settings
         self.container = container
         self.upstream = upstream
-        self.own = WSGIMiddleware(create_app(container), workers=OWN_ENDPOINT_THREADS)
+        # Flask's __call__ is a WSGI app; a2wsgi's annotation spells the environ type its own way.
+        self.own = WSGIMiddleware(create_app(container), workers=OWN_ENDPOINT_THREADS)  # type: ignore[arg-type]
         self.pass_through = PassThrough(upstream, settings.legacy_url, container.metrics, settings.max_body_bytes)
         self.callback_pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="callback-")
         self.callbacks = None if container.interceptor is None else CallbackRoute(

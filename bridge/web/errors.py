@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from bridge.domain.errors import BridgeError
 
@@ -64,7 +65,7 @@ def status_for(error: type[BridgeError]) -> int:
     """The HTTP status of an error class: its own code's, else the nearest mapped ancestor's."""
     for cls in error.__mro__:
         code = cls.__dict__.get("code")
-        if code in ERROR_STATUS:
+        if isinstance(code, str) and code in ERROR_STATUS:
             return ERROR_STATUS[code]
     return 500
 
@@ -80,7 +81,7 @@ def handle_bridge_error(exc: BridgeError) -> Response:
     return error_response(status_for(type(exc)), exc.code, exc.message, exc.details)
 
 
-def handle_http_exception(exc: HTTPException) -> Response | HTTPException:
+def handle_http_exception(exc: HTTPException) -> WerkzeugResponse | HTTPException:
     if exc.code is None or exc.code < 400:
         return exc  # a redirect or similar is an answer, not an error
     response = exc.get_response()  # keeps headers such as Allow on a 405

@@ -52,7 +52,7 @@ def refusal(status: int) -> bytes:
             f"Connection: close\r\n\r\n").encode("ascii") + body
 
 
-class StrictH11Connection(h11.Connection):  # type: ignore[misc]
+class StrictH11Connection(h11.Connection):
     """h11 with llhttp's stricter framing rule, remembering the status its last refusal hinted at."""
 
     refused_with = 400
@@ -111,7 +111,7 @@ class CorkedTransport:
         return getattr(self.raw, name)
 
 
-class BridgeH11Protocol(H11Protocol):  # type: ignore[misc]
+class BridgeH11Protocol(H11Protocol):
     """One client connection: uvicorn's h11 protocol with the bridge's deadlines and refusals."""
 
     deadlines = RequestDeadlines(60, 300)  # replaced per server by ``protocol_with``
@@ -147,8 +147,10 @@ class BridgeH11Protocol(H11Protocol):  # type: ignore[misc]
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         self._disarm()  # the WebSocket has its own life from here; no request deadline applies to it
-        self.transport.flush()
-        self.transport = self.transport.raw  # wsproto writes its frames itself
+        corked = self.transport
+        assert isinstance(corked, CorkedTransport)
+        corked.flush()
+        self.transport = corked.raw  # wsproto writes its frames itself
         super().handle_websocket_upgrade(event)
 
     def send_400_response(self, msg: str) -> None:
