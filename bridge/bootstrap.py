@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -23,6 +23,9 @@ from bridge.storage.engine import make_engine, store_capabilities
 from bridge.storage.migrate import refuse_legacy_database
 from bridge.storage.runs import SqlRunStore
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
+
+if TYPE_CHECKING:
+    from legacy_adapters.http_forward import CallbackForward
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
 
@@ -103,6 +106,16 @@ def build_async_http_client(settings: Settings) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False, trust_env=False)
 
 
+def build_callback_forward(settings: Settings) -> CallbackForward | None:
+    """The status callbacks' own connections to an ``http://`` 2.x (legacy_adapters.http_forward); for an
+    ``https://`` one they go through the container's httpx client (None)."""
+    from legacy_adapters.http_forward import SocketForward
+
+    if not settings.legacy_url.startswith("http://"):
+        return None
+    return SocketForward(settings.legacy_url, timeout_s=settings.forward_timeout_s)
+
+
 @dataclass
 class Container:
     """Everything one bridge process uses; the web app and the CLI receive it ready-made."""
@@ -114,6 +127,7 @@ class Container:
     flags: FlagService | None = None
     modes: CachedModes | None = None  # the flags in force for the callback path and the reconciler
     interceptor: Any = None  # bridge.web.callback_route.CallbackInterceptor, or None for a pure pass-through
+    callback_forward: CallbackForward | None = None  # the callbacks' forward to 2.x; None: through ``http``
     closers: list[Any] = field(default_factory=list)
 
     @cached_property
@@ -154,7 +168,10 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     again before each pass until it has settled every Run."""
     metrics = BridgeMetrics()
     store = build_store(settings, metrics=metrics)
-    container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store)
+    container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store,
+                          callback_forward=build_callback_forward(settings))
+    if container.callback_forward is not None:
+        container.closers.append(container.callback_forward.close)
     metrics.registry.register(build_store_gauges(settings, store))
     container.flags = build_flags(store)
     modes = container.modes = CachedModes(container.flags, max_stale_s=settings.flags_max_stale_s,

@@ -20,7 +20,7 @@ from a2wsgi import WSGIMiddleware
 from bridge.callbacks.routes import intercepted_route
 from bridge.web.app import create_app
 from bridge.web.asgi_io import Receive, Scope, Send, send_json
-from bridge.web.callback_route import CallbackRoute
+from bridge.web.callback_route import CallbackRoute, HttpxForward
 from bridge.web.proxy import PassThrough, path_only, raw_target
 from bridge.web.websocket_relay import WebSocketRelay
 
@@ -56,8 +56,9 @@ class BridgeAsgi:
         self.pass_through = PassThrough(upstream, settings.legacy_url, container.metrics, settings.max_body_bytes)
         self.callback_pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="callback-")
         self.callbacks = None if container.interceptor is None else CallbackRoute(
-            container.interceptor, self.callback_pool, container.http, settings.legacy_url,
-            container.metrics, settings.callback_body_cap_bytes, self.pass_through)
+            container.interceptor, self.callback_pool,
+            container.callback_forward or HttpxForward(container.http, settings.legacy_url), container.metrics,
+            settings.callback_body_cap_bytes, self.pass_through)
         self.websockets = WebSocketRelay(settings.legacy_url)
         # What the panel may hold open at once (relayed requests and WebSockets): the memory bound's count.
         # Callbacks and the bridge's own endpoints are never counted and never refused for it.

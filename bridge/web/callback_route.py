@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from typing import Protocol
 
@@ -30,10 +30,33 @@ from bridge.web.proxy import (
     downstream_headers,
     path_only,
     send_bad_gateway,
+    upstream_headers,
 )
+from legacy_adapters.http_forward import CallbackForward, ForwardedAnswer
 
 log = logging.getLogger("bridge.proxy")
 ANSWER_CAP_BYTES = 64 * 1024  # what of a stop's answer is decoded for the interceptor (2.x's is ~50 bytes)
+
+
+class WireHeaders(Mapping[str, str]):
+    """The request's headers as the interceptor reads them: looked up by name in any case, repeated ones joined
+    with ", " (as httpx.Headers does), without building a header object per callback."""
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+
+    def __getitem__(self, name: str) -> str:
+        wanted = name.lower().encode("latin-1")
+        values = [value for key, value in self._raw if key.lower() == wanted]
+        if not values:
+            raise KeyError(name)
+        return b", ".join(values).decode("latin-1")
+
+    def __iter__(self) -> Iterator[str]:
+        return (key.decode("latin-1") for key, _ in self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
 
 
 class CallbackInterceptor(Protocol):
@@ -49,12 +72,11 @@ class CallbackInterceptor(Protocol):
 
 
 class CallbackRoute:
-    def __init__(self, interceptor: CallbackInterceptor, pool: Executor, client: httpx.Client,
-                 legacy_url: str, metrics: BridgeMetrics, body_cap_bytes: int, pass_through: PassThrough) -> None:
+    def __init__(self, interceptor: CallbackInterceptor, pool: Executor, forward: CallbackForward,
+                 metrics: BridgeMetrics, body_cap_bytes: int, pass_through: PassThrough) -> None:
         self._interceptor = interceptor
         self._pool = pool
-        self._client = client
-        self._legacy_url = legacy_url
+        self._forward = forward
         self._metrics = metrics
         self._cap = body_cap_bytes
         self._pass_through = pass_through
@@ -70,14 +92,11 @@ class CallbackRoute:
             self._metrics.callback_body_oversize(path_only(target))
             await self._pass_through(scope, receive, send, target, head=body, head_is_whole=whole)
             return
-        headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]])
-        upstream = build_upstream_request(self._legacy_url, scope["method"], target, scope["headers"], body,
-                                          len(body))
         # One hop to the callback pool for the whole exchange: the interceptor's steps and the forward between
-        # them are blocking work on threads nothing else uses, with 2.x on a connection pool of their own.
+        # them are blocking work on threads nothing else uses, with 2.x on connections of their own.
         loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(self._pool, self._exchange, path_only(target), upstream, route,
-                                            headers)
+        answer = await loop.run_in_executor(self._pool, self._exchange, scope["method"], target, scope["headers"],
+                                            body, route)
         if isinstance(answer, httpx.TransportError):
             log.warning("forward %s %s failed: 2.x unreachable (%s)", scope["method"], path_only(target),
                         type(answer).__name__)
@@ -87,35 +106,25 @@ class CallbackRoute:
                                                    (b"content-length", str(len(answer.body)).encode())],
                              answer.body)
         else:
-            response, content = answer
-            await send_whole(send, response.status_code, downstream_headers(response.headers.raw), content)
+            await send_whole(send, answer.status, downstream_headers(answer.headers), answer.content)
 
-    def _exchange(self, path: str, upstream: httpx.Request, route: InterceptedRoute, headers: Mapping[str, str]) \
-            -> LocalAnswer | httpx.TransportError | tuple[httpx.Response, bytes]:
+    def _exchange(self, method: str, target: bytes, raw_headers: list[tuple[bytes, bytes]], body: bytes,
+                  route: InterceptedRoute) -> LocalAnswer | httpx.TransportError | ForwardedAnswer:
         """On the callback pool: before_forward, the forward, after_forward (only when there is something)."""
-        prepared = self._before_forward(path, upstream.content, headers)
+        prepared = self._before_forward(path_only(target), body, WireHeaders(raw_headers))
         if isinstance(prepared, LocalAnswer):
             return prepared
-        try:
-            response, content = self._send(upstream)
-        except httpx.TransportError as exc:
-            return exc
-        if prepared is not None:
-            answer = answer_body(response, content) if route.answer_is_read else None
-            self._after_forward(prepared, response.status_code, answer)
-        return response, content
-
-    def _send(self, upstream: httpx.Request) -> tuple[httpx.Response, bytes]:
         started = time.perf_counter()
         try:
-            response = self._client.send(upstream, stream=True)
-            try:
-                content = raw_body(response)  # the wire bytes: a gzip/br body stays compressed, byte for byte
-            finally:
-                response.close()
-            return response, content  # status and headers stay readable after close()
+            answer = self._forward(method, target, upstream_headers(raw_headers, None), body)
+        except httpx.TransportError as exc:
+            return exc
         finally:
             self._metrics.forward_seconds.observe(time.perf_counter() - started)
+        if prepared is not None:
+            decoded = answer_body(answer) if route.answer_is_read else None
+            self._after_forward(prepared, answer.status, decoded)
+        return answer
 
     def _before_forward(self, path: str, body: bytes, headers: Mapping[str, str]) -> object | None:
         try:
@@ -139,6 +148,28 @@ class CallbackRoute:
         self._metrics.shadow_write_failed("unknown", "internal")
 
 
+class HttpxForward:
+    """The callbacks' forward through an httpx client (its pool, its TLS): for an ``https://`` 2.x, and for
+    tests whose 2.x is an httpx MockTransport."""
+
+    def __init__(self, client: httpx.Client, legacy_url: str) -> None:
+        self._client = client
+        self._legacy_url = legacy_url
+
+    def __call__(self, method: str, target: bytes, headers: Iterable[tuple[bytes, bytes]],
+                 body: bytes) -> ForwardedAnswer:
+        request = build_upstream_request(self._legacy_url, method, target, headers, body, len(body))
+        response = self._client.send(request, stream=True)
+        try:
+            content = raw_body(response)  # the wire bytes: a gzip/br body stays compressed, byte for byte
+        finally:
+            response.close()
+        return ForwardedAnswer(response.status_code, list(response.headers.raw), content)
+
+    def close(self) -> None:
+        """The client is the container's, which closes it."""
+
+
 def raw_body(response: httpx.Response) -> bytes:
     """The body as it came off the wire, chunks joined."""
     if response.is_stream_consumed:
@@ -148,9 +179,10 @@ def raw_body(response: httpx.Response) -> bytes:
     return b"".join(response.iter_raw())
 
 
-def answer_body(response: httpx.Response, content: bytes) -> bytes | None:
+def answer_body(answer: ForwardedAnswer) -> bytes | None:
     """2.x's answer without its content coding (compression() leaves bodies under 1 kB as they are)."""
-    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    coding = (answer.header(b"content-encoding") or b"identity").decode("latin-1").strip().lower()
+    content = answer.content
     if coding == "identity":
         return content
     wbits = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}.get(coding)
