@@ -47,8 +47,8 @@ RUN apt-get update \
 COPY --from=build /opt/ql-bridge /opt/ql-bridge
 COPY --chmod=0755 docker/entrypoint.sh /usr/local/bin/ql-bridge-entrypoint
 
-# BRIDGE_LISTEN and BRIDGE_LEGACY_URL default to the recommended seam (README, "Pointing the task shell at
-# the bridge"): the bridge on 2.x's public port 5700, 2.x's backend moved to 5701. The code's own defaults
+# BRIDGE_LISTEN and BRIDGE_LEGACY_URL default to the recommended layout (README, "The two layouts", layout 1;
+# docs/seam.md): the bridge on 2.x's public port 5700, 2.x's backend moved to 5701. The code's own defaults
 # would point the bridge at itself here.
 ENV PATH=/opt/ql-bridge/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -3,7 +3,7 @@
 glibc gives each thread that meets contention an arena of its own, up to eight per core, and keeps every
 arena's freed memory for reuse by that arena; the serving process runs the callback pool, the shadow lanes and
 the own-endpoint pool. Under the earlier thread-per-request server, RSS grew by tens of MiB in those arenas over
-100,000 callbacks and two arenas kept it flat at no measurable cost in latency (the README's performance section).
+100,000 callbacks and two arenas kept it flat at no measurable cost in latency (docs/performance.md, "Memory").
 An operator's own MALLOC_ARENA_MAX is left in charge.
 """
 

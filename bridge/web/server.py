@@ -5,7 +5,7 @@ its request, an answer that streams for hours and an open WebSocket must each co
 a huge body must never be held in memory (uvicorn reads at most 64 KiB ahead of the app, which streams it to
 2.x); and no orphaned worker may keep the port after its parent died (there is no parent). A supervisor —
 Docker's restart policy, systemd — restarts the process, and every start runs startup recovery before it
-listens. See the README ("Serving") for the measurements that chose this stack.
+listens. See docs/serving.md ("Why this stack") for the measurements that chose this stack.
 
 Stopping (SIGTERM or SIGINT): the listening socket closes at once; every WebSocket is closed with 1001 so the
 panel reconnects, and every open stream of unknown length is ended; requests already received (callbacks

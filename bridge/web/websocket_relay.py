@@ -29,7 +29,7 @@ _UNSENDABLE_CLOSE = frozenset({1005, 1006, 1015})  # reserved: "no code", "abnor
 OPEN_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0  # how long 2.x may take to answer a close: a stopping bridge must not wait past its drain
 # The panel's SockJS frames are a few hundred bytes; a message over this closes the WebSocket with 1009. It,
-# with one message queued from 2.x, bounds what one WebSocket can make the bridge hold (README "Serving").
+# with one message queued from 2.x, bounds what one WebSocket can make the bridge hold (docs/serving.md#memory-bound).
 MAX_MESSAGE_BYTES = 256 * 1024
 
 

@@ -10,7 +10,7 @@ does. Blocks alternate between the versions (A B A B ...), so drift on a shared 
 
 Printed per version and mode: the whole bridge process's CPU per callback (utime + stime of every thread, from
 /proc/<pid>/stat, over the block), and latency p50 / p99 per callback, through the bridge and straight to the
-double (the same client, alternated too), with the ratio. ``--spike`` adds the candidates the README compares,
+double (the same client, alternated too), with the ratio. ``--spike`` adds the candidates docs/serving.md compares,
 this checkout with one uvicorn setting changed: ``httptools`` (uvicorn's httptools protocol instead of the
 bridge's h11 one: a spike, with none of the bridge's deadlines or refusals), ``asyncio`` (the stdlib event loop
 instead of uvloop).

@@ -1,6 +1,6 @@
 """Framing as Node answers it: each request below is sent to Node's own `http` server (llhttp, the parser 2.x
 runs on) and to the bridge, and their status lines are compared; where they differ, the difference must be the
-one the README lists ("Framing, as Node answers it"). Skipped where no `node` is on PATH.
+one docs/serving.md lists ("Framing, as Node answers it"). Skipped where no `node` is on PATH.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ CASES = {
     "bare-lf": b"GET / HTTP/1.1\nHost: x\n\n",
     "headers-of-20-kib": b"GET / HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 20_000 + b"\r\n\r\n",
 }
-# (Node's status, the bridge's own status or None when the bridge forwards the request to 2.x): the README's list.
+# (Node's status, the bridge's own status or None when the bridge forwards the request to 2.x): docs/serving.md's list.
 DIFFERENCES = {
     "te-gzip-chunked": (200, 501),
     "te-gzip": (400, 501),
@@ -60,7 +60,7 @@ def status_of(reply: bytes) -> int:
     return int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/1.1 ") else 0
 
 
-def test_the_bridge_refuses_what_node_refuses_and_differs_only_where_the_readme_says(
+def test_the_bridge_refuses_what_node_refuses_and_differs_only_where_the_docs_say(
         impatient_site: Site, node_port: int) -> None:
     wrong = {}
     for case, request in CASES.items():  # one bridge for every case: each refusal closes only its connection

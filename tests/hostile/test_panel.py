@@ -149,7 +149,7 @@ def test_two_hundred_streams_and_a_hundred_websockets_leave_callbacks_health_and
     assert alive.status_code == 200
     assert echoed == 'a["still echoing"]'
     assert threads_open <= threads_before + 2, (threads_before, threads_open)  # sockets, never threads
-    # README "Serving": a few KiB an idle stream or WebSocket (the worst case is bounded far higher).
+    # docs/serving.md, "Memory bound": a few KiB an idle stream or WebSocket (the worst case is bounded far higher).
     assert (rss_open - rss_before) / 1024 < 48, f"RSS grew by {(rss_open - rss_before) / 1024:.1f} MiB"
     # A floor of 20 ms keeps scheduler noise on a shared machine from deciding the comparison.
     assert p99(loaded) < 2 * max(p99(quiet), 0.020), (p99(quiet), p99(loaded), sorted(loaded)[-5:])

@@ -104,9 +104,9 @@ def test_the_block_module_is_pure_text_work() -> None:
     assert imported == {"__future__", "re", "dataclasses", "datetime"}
 
 
-def test_the_readme_shows_the_block_the_command_writes() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    shown = readme.split(f"```sh\n{BEGIN}", 1)[1].split("```", 1)[0].splitlines()[1:]
+def test_the_seam_page_shows_the_block_the_command_writes() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "seam.md").read_text()
+    shown = page.split(f"```sh\n{BEGIN}", 1)[1].split("```", 1)[0].splitlines()[1:]
     code = [line for line in shown if not line.startswith("# ")]
     written = render_block(5700, AT).splitlines()
 
