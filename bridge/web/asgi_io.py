@@ -34,7 +34,7 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 
 def declared_length(scope: Scope) -> int | None:
-    """Content-Length as an int when the client framed its body so (uvicorn's h11 has already validated it)."""
+    """Content-Length as an int when the client framed its body so (llhttp has already validated it)."""
     value = header(scope, b"content-length")
     return int(value) if value is not None else None
 

@@ -14,9 +14,10 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
-from typing import Protocol
+from functools import partial
+from typing import Protocol, TypeVar
 
 import httpx
 
@@ -35,6 +36,7 @@ from bridge.web.proxy import (
 from legacy_adapters.http_forward import CallbackForward, ForwardedAnswer
 
 log = logging.getLogger("bridge.proxy")
+T = TypeVar("T")
 ANSWER_CAP_BYTES = 64 * 1024  # what of a stop's answer is decoded for the interceptor (2.x's is ~50 bytes)
 
 
@@ -94,9 +96,8 @@ class CallbackRoute:
             return
         # One hop to the callback pool for the whole exchange: the interceptor's steps and the forward between
         # them are blocking work on threads nothing else uses, with 2.x on connections of their own.
-        loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(self._pool, self._exchange, scope["method"], target, scope["headers"],
-                                            body, route)
+        answer = await on_pool(self._pool, partial(self._exchange, scope["method"], target, scope["headers"],
+                                                   body, route))
         if isinstance(answer, httpx.TransportError):
             log.warning("forward %s %s failed: 2.x unreachable (%s)", scope["method"], path_only(target),
                         type(answer).__name__)
@@ -146,6 +147,33 @@ class CallbackRoute:
         # Type name only: an exception message may quote the body (log_path, pid) or a token.
         log.error("callback interceptor %s failed: %s", stage, type(exc).__name__)
         self._metrics.shadow_write_failed("unknown", "internal")
+
+
+def on_pool(pool: Executor, work: Callable[[], T]) -> asyncio.Future[T]:
+    """``work`` on the pool, its result (or exception) settled on the loop's future with one wake-up: what
+    ``run_in_executor`` does without its second future and the copying between them."""
+    loop = asyncio.get_running_loop()
+    settled: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        try:
+            result, exc = work(), None
+        except BaseException as caught:  # noqa: BLE001 - handed to the awaiting coroutine, as run_in_executor does
+            result, exc = None, caught
+        if not loop.is_closed():  # a loop closed meanwhile has nobody left to answer
+            loop.call_soon_threadsafe(_settle, settled, result, exc)
+
+    pool.submit(run)
+    return settled
+
+
+def _settle(future: asyncio.Future[T], result: T | None, exc: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]
 
 
 class HttpxForward:

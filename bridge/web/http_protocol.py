@@ -1,14 +1,15 @@
-"""The bridge's HTTP/1.1 connections under uvicorn (h11): deadlines, framing as Node refuses it, 2.x-shaped refusals.
+"""The bridge's HTTP/1.1 connections under uvicorn (httptools): head limit, deadlines, 2.x-shaped refusals.
 
-uvicorn parses with h11 and hands each request to the ASGI app on the event loop; a slow or huge client costs
-a socket and at most uvicorn's 64 KiB read-ahead, never a thread. This protocol adds what uvicorn leaves out:
+uvicorn parses with llhttp (through httptools), the parser 2.x's Node runs on, so a request is framed, or
+refused, as 2.x would frame or refuse it; each request goes to the ASGI app on the event loop, and a slow or
+huge client costs a socket and at most uvicorn's 64 KiB read-ahead, never a thread. This protocol adds what
+uvicorn leaves out:
 
+- a bound on the request head while it arrives (llhttp counts nothing; Node counts 16 KiB itself): 431;
 - a deadline for a request still arriving (its headers, then the whole request), after which the connection
   gets a 408 and is closed: a client that trickles a byte a second cannot keep a socket forever; a new
   connection that sends nothing is closed after the idle timeout, as a kept-alive one is;
-- framing that llhttp (Node's parser, which 2.x runs on) refuses and h11 would accept: a request with both
-  Content-Length and Transfer-Encoding gets a 400 from the bridge and never reaches 2.x;
-- the server's own refusals (bad framing, headers over the limit, a request that timed out) in 2.x's JSON
+- the server's own refusals (bad framing, a head over the limit, a request that timed out) in 2.x's JSON
   error shape, ``{"code":<status>,"message":"<reason>"}``, never echoing what the client sent.
 """
 
@@ -20,8 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 JSON_2X = "application/json; charset=utf-8"  # what Express's res.json sets
 # Node's http server refuses more than 16 KiB of request line and headers with 431; the bridge allows four
@@ -52,35 +52,8 @@ def refusal(status: int) -> bytes:
             f"Connection: close\r\n\r\n").encode("ascii") + body
 
 
-class StrictH11Connection(h11.Connection):
-    """h11 with llhttp's stricter framing rule, remembering the status its last refusal hinted at."""
-
-    refused_with = 400
-
-    def next_event(self) -> Any:
-        try:
-            event = super().next_event()
-        except h11.RemoteProtocolError as exc:
-            self.refused_with = exc.error_status_hint
-            raise
-        if isinstance(event, h11.Request):
-            if _head_size(event) > HEADER_LIMIT_BYTES:
-                # h11 bounds only a head still arriving; one that came in a single read is measured here.
-                self.refused_with = 431
-                raise h11.RemoteProtocolError("request head over the limit", 431)
-            if _framed_twice(event.headers):
-                self.refused_with = 400
-                raise h11.RemoteProtocolError("Content-Length and Transfer-Encoding together", 400)
-        return event
-
-
-def _head_size(event: h11.Request) -> int:
-    return len(event.method) + len(event.target) + 12 + sum(len(k) + len(v) + 4 for k, v in event.headers)
-
-
-def _framed_twice(headers: Any) -> bool:
-    names = {name for name, _ in headers}
-    return b"content-length" in names and b"transfer-encoding" in names
+def _head_size(target: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    return len(target) + 20 + sum(len(k) + len(v) + 4 for k, v in headers)
 
 
 class CorkedTransport:
@@ -111,16 +84,17 @@ class CorkedTransport:
         return getattr(self.raw, name)
 
 
-class BridgeH11Protocol(H11Protocol):
-    """One client connection: uvicorn's h11 protocol with the bridge's deadlines and refusals."""
+class BridgeHttpProtocol(HttpToolsProtocol):
+    """One client connection: uvicorn's httptools protocol with the bridge's head limit, deadlines and refusals."""
 
     deadlines = RequestDeadlines(60, 300)  # replaced per server by ``protocol_with``
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.conn = StrictH11Connection(h11.SERVER, max_incomplete_event_size=HEADER_LIMIT_BYTES)
+        self.refused_with = 400  # the status of the next refusal: llhttp's errors are 400s, as Node answers them
+        self.reading_head = True  # between a request's first byte and the end of its headers
+        self.head_bytes = 0  # what of the request head has arrived (an upper bound: counted per read)
         self.request_began: float | None = None
-        self.cycle_before: Any = None  # the previous request's cycle: a new one means the headers are in
         self.deadline_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -131,9 +105,29 @@ class BridgeH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self.request_began is None and data:
             self.request_began = time.monotonic()
-            self.cycle_before = self.cycle
             self._arm(self.deadlines.headers_s)
         super().data_received(data)
+        if self.reading_head and data and not self.transport.is_closing():
+            # llhttp keeps an unfinished head's pieces without a bound (Node counts them itself, as here).
+            self.head_bytes += len(data)
+            if self.head_bytes > HEADER_LIMIT_BYTES:
+                self.refused_with = 431
+                self.send_400_response("request head over the limit")
+
+    def on_message_begin(self) -> None:
+        self.reading_head = True
+        self.head_bytes = 0
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self.reading_head = False
+        if _head_size(self.url, self.headers) > HEADER_LIMIT_BYTES:  # a head that came in a single read
+            self.refused_with = 431
+            raise ValueError("request head over the limit")  # llhttp stops; data_received refuses
+        if self.parser.get_http_version() == "1.1" and not any(name == b"host" for name, _ in self.headers):
+            # Node's http server refuses an HTTP/1.1 request without Host itself (requireHostHeader).
+            raise ValueError("no Host header")
+        super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -145,22 +139,23 @@ class BridgeH11Protocol(H11Protocol):
         self.request_began = None
         super().on_response_complete()
 
-    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+    def handle_websocket_upgrade(self) -> None:
         self._disarm()  # the WebSocket has its own life from here; no request deadline applies to it
         corked = self.transport
         assert isinstance(corked, CorkedTransport)
         corked.flush()
         self.transport = corked.raw  # wsproto writes its frames itself
-        super().handle_websocket_upgrade(event)
+        super().handle_websocket_upgrade()
 
     def send_400_response(self, msg: str) -> None:
-        """h11 could not read the request: answer in 2.x's shape with the status h11 hinted (400, 431, 501)."""
+        """The request could not be read: answer in 2.x's shape (400, or 431 for a head over the limit)."""
         self._disarm()
-        answered = self.cycle is not None and self.cycle.response_started
-        if self.cycle is not None:
-            self.cycle.disconnected = True  # the app's further sends go nowhere
-        if not answered and not self.transport.is_closing():
-            self.transport.write(refusal(getattr(self.conn, "refused_with", 400)))
+        cycle = self.cycle
+        answering = cycle is not None and cycle.response_started and not cycle.response_complete
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the app's further sends go nowhere
+        if not answering and not self.transport.is_closing():
+            self.transport.write(refusal(self.refused_with))
         self.transport.close()
 
     # -- request deadlines ------------------------------------------------------------------------
@@ -179,8 +174,8 @@ class BridgeH11Protocol(H11Protocol):
         if self.request_began is None or self.transport.is_closing():
             return
         age = time.monotonic() - self.request_began
-        headers_done = self.cycle is not None and self.cycle is not self.cycle_before
-        if headers_done and not self.cycle.more_body:
+        headers_done = not self.reading_head
+        if headers_done and self.cycle is not None and not self.cycle.more_body:
             return  # the whole request is in: what is left is the answer, which has no deadline here
         limit = self.deadlines.request_s if headers_done else self.deadlines.headers_s
         if age < limit:
@@ -190,15 +185,16 @@ class BridgeH11Protocol(H11Protocol):
 
     def refuse_as_timed_out(self) -> None:
         """Answer 408 in 2.x's shape (unless an answer has begun) and close."""
-        answered = self.cycle is not None and self.cycle.response_started
-        if self.cycle is not None:
-            self.cycle.disconnected = True
-            self.cycle.message_event.set()  # an app waiting for more body sees the disconnect
-        if not answered:
+        cycle = self.cycle
+        answering = cycle is not None and cycle.response_started and not cycle.response_complete
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()  # an app waiting for more body sees the disconnect
+        if not answering:
             self.transport.write(refusal(408))
         self.transport.close()
 
 
-def protocol_with(deadlines: RequestDeadlines) -> type[BridgeH11Protocol]:
+def protocol_with(deadlines: RequestDeadlines) -> type[BridgeHttpProtocol]:
     """The protocol class uvicorn instantiates per connection, carrying this server's deadlines."""
-    return type("BridgeH11Protocol", (BridgeH11Protocol,), {"deadlines": deadlines})
+    return type("BridgeHttpProtocol", (BridgeHttpProtocol,), {"deadlines": deadlines})

@@ -1,6 +1,6 @@
 """Serve the ASGI app with uvicorn in this one process, and stop it gracefully.
 
-Why uvicorn (h11, wsproto) and one process: the bridge sits on the panel's port, so a client that trickles
+Why uvicorn (httptools, wsproto) and one process: the bridge sits on the panel's port, so a client that trickles
 its request, an answer that streams for hours and an open WebSocket must each cost a socket, never a thread;
 a huge body must never be held in memory (uvicorn reads at most 64 KiB ahead of the app, which streams it to
 2.x); and no orphaned worker may keep the port after its parent died (there is no parent). A supervisor —
@@ -44,7 +44,7 @@ def uvicorn_config(app: BridgeAsgi, settings: Settings) -> uvicorn.Config:
     deadlines = RequestDeadlines(headers_s=settings.headers_timeout_s, request_s=settings.request_timeout_s)
     return uvicorn.Config(
         app, host=settings.listen_host, port=settings.listen_port,
-        http=protocol_with(deadlines),  # h11 with the bridge's deadlines and 2.x-shaped refusals
+        http=protocol_with(deadlines),  # llhttp (httptools) with the bridge's head limit, deadlines, refusals
         ws="wsproto", ws_max_size=MAX_MESSAGE_BYTES,
         ws_ping_interval=None,  # no idle timeout of the bridge's own: 2.x's SockJS heartbeat keeps the channel
         ws_per_message_deflate=False,  # 2.x's sockjs-node offers none either; it would cost CPU per message

@@ -10,10 +10,10 @@ does. Blocks alternate between the versions (A B A B ...), so drift on a shared 
 
 Printed per version and mode: the whole bridge process's CPU per callback (utime + stime of every thread, from
 /proc/<pid>/stat, over the block), and latency p50 / p99 per callback, through the bridge and straight to the
-double (the same client, alternated too), with the ratio. ``--spike`` adds the candidates docs/serving.md compares,
-this checkout with one uvicorn setting changed: ``httptools`` (uvicorn's httptools protocol instead of the
-bridge's h11 one: a spike, with none of the bridge's deadlines or refusals), ``asyncio`` (the stdlib event loop
-instead of uvloop).
+double (the same client, alternated too), with the ratio. ``--spike`` adds the candidates docs/serving.md
+compares, this checkout with one uvicorn setting changed: ``h11`` (uvicorn's stock h11 protocol instead of the
+bridge's httptools one: a spike, with none of the bridge's head limit, deadlines or refusals), ``asyncio`` (the
+stdlib event loop instead of uvloop).
 
 This is a benchmark, not a test: it asserts nothing and exits 0.
 """
@@ -49,7 +49,7 @@ def uvicorn_config(app, settings):
     return config
 server.uvicorn_config = uvicorn_config
 '''
-SPIKES = {"httptools": ("http", "httptools"), "asyncio": ("loop", "asyncio")}
+SPIKES = {"h11": ("http", "h11"), "asyncio": ("loop", "asyncio")}
 
 
 @dataclass

@@ -177,7 +177,7 @@ def test_four_concurrent_25_mib_status_bodies_stay_within_the_memory_bound(site:
     (b"PUT /open/crons/status HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nsecret\r\n0\r\n\r\n",
      400),
     (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (80 * 1024) + b"\r\n\r\n", 431),
-    # llhttp (Node, so 2.x) refuses Content-Length beside Transfer-Encoding itself; h11 alone would accept it.
+    # llhttp refuses Content-Length beside Transfer-Encoding, in the bridge as in 2.x's Node.
     (b"PUT /open/crons/status HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
      b"0\r\n\r\n", 400),
     (b"PUT /open/crons/status HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n"

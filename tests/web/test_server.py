@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config import Settings
-from bridge.web.http_protocol import HEADER_LIMIT_BYTES, BridgeH11Protocol
+from bridge.web.http_protocol import HEADER_LIMIT_BYTES, BridgeHttpProtocol
 from bridge.web.server import uvicorn_config
 from tests.web.asgi_client import bridge_client
 from tests.web.conftest import FakeUpstream, make_container
@@ -131,7 +131,7 @@ def test_uvicorn_takes_the_settings_logs_no_request_line_and_never_rewrites_forw
 
     assert (config.host, config.port, config.timeout_keep_alive, config.timeout_graceful_shutdown) == \
         ("0.0.0.0", 5800, 7, 3)
-    assert issubclass(config.http, BridgeH11Protocol) and config.http.deadlines.headers_s == 9  # type: ignore[arg-type]
+    assert issubclass(config.http, BridgeHttpProtocol) and config.http.deadlines.headers_s == 9  # type: ignore[arg-type]
     assert HEADER_LIMIT_BYTES >= 16 * 1024  # never below Node's limit
     assert config.access_log is False and config.proxy_headers is False and config.ws == "wsproto"
     assert config.ws_ping_interval is None  # no idle timeout shorter than 2.x's 25 s SockJS heartbeat
