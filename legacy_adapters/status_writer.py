@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bridge.domain.errors import BridgeError
+from legacy_adapters.database_state import DatabaseState, database_state
 from legacy_adapters.errors import LegacyDatabaseError
-from legacy_adapters.reader import DatabaseState, database_state
 from legacy_adapters.schema import format_updated_at
 
 _CRONTAB_COLUMNS = frozenset({"id", "status", "pid", "log_path", "last_execution_time", "last_running_time",

@@ -19,7 +19,7 @@ from bridge.domain.mismatches import CRON_KINDS, MismatchKind
 from bridge.domain.model import RUN_ACTIVE
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyTimeError
-from legacy_adapters.reader import LegacyCron, LegacyInstance
+from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import MAX_EPOCH_SECONDS, epoch_seconds_to_ms, ms_to_epoch_seconds
 

@@ -84,7 +84,9 @@ from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.identity import instance_import_key, speaking_row, task_revision, task_snapshot
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin
-from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.records import LegacyInstance
+from legacy_adapters.scheduler_mode import detect_scheduler_mode
 from legacy_adapters.schema import ENDED_INSTANCE, EndedAs, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects

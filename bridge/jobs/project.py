@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.domain.errors import BridgeError
 from bridge.service.clock import SystemClock
-from legacy_adapters.reader import TRANSIENT_STATES, DatabaseState
+from legacy_adapters.database_state import TRANSIENT_STATES, DatabaseState
 from legacy_adapters.status_writer import LegacyStatusWriter
 from projections.relay import ProjectionHaltedError, ProjectionMetrics, Projector
 

@@ -35,7 +35,9 @@ from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError, LegacyTimeError
 from legacy_adapters.identity import instance_import_key
 from legacy_adapters.origin import infer_scheduled_origin
-from legacy_adapters.reader import LegacyInstance, LegacyReader, detect_scheduler_mode
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.records import LegacyInstance
+from legacy_adapters.scheduler_mode import detect_scheduler_mode
 from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.gates import GateThresholds, OriginFigures, ThresholdError, Window
