@@ -441,7 +441,7 @@ def test_the_reconciler_and_the_report_leave_every_row_of_an_imported_execution_
     from bridge.bootstrap import report_sources
     from bridge.demo import ALL_ORIGINS
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
-    from bridge.jobs.report import build_report
+    from bridge.jobs.report.build import build_report
     from bridge.metrics import BridgeMetrics
     from bridge.service.ports import StaticModes
     from bridge.storage.pending_ends import SqlPendingEnds
