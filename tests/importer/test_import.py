@@ -16,7 +16,8 @@ from rich.console import Console
 from sqlalchemy import delete, func, select
 
 from bridge.bootstrap import run_legacy_import
-from bridge.jobs.import_legacy import ImportRefusedError, ImportSummary, backup_copy, print_summary
+from bridge.jobs.import_legacy.backup import ImportRefusedError, backup_copy
+from bridge.jobs.import_legacy.summary import ImportSummary, print_summary
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
