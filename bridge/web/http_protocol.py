@@ -85,7 +85,7 @@ def _framed_twice(headers: Any) -> bool:
 
 class CorkedTransport:
     """The connection's transport, with the writes of one event-loop turn sent together: an answer's head and
-    its body leave in one segment, as waitress sent them, instead of one syscall each."""
+    its body leave in one segment instead of one syscall each."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.raw = transport
