@@ -31,6 +31,10 @@ reconcile pass, the first batch an execution appears in decides). For that row:
 - an instance whose Run already exists (any of its keys, the row-id key of earlier imports included) is skipped.
 
 Seconds become milliseconds only through ``legacy_adapters.timeconv``.
+
+The package exposes the job's entry point, ``run_import``. Its parts: ``backup`` (the private copy), ``plan``
+(an instance as its Run, pure), ``pacing`` (write batches on a one-writer store), ``summary`` (what was done)
+and ``job`` (the batch loop).
 """
 
 from __future__ import annotations

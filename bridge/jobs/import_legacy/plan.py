@@ -49,7 +49,8 @@ ENDED = {int(status): ended for status, ended in ENDED_INSTANCE.items()}
 
 @dataclass(frozen=True)
 class Planned:
-    """What _prepare decided for one instance: an outcome, and for a new Run its ChangeSet and key."""
+    """What the job decided for one instance (``_Importer._prepare``): an outcome, and for a new Run its
+    ChangeSet and key."""
 
     plan: Plan
     outcome: str  # imported | handed_to_shadow | skipped | unsupported | replayed
