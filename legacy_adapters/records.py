@@ -1,7 +1,7 @@
 """2.x's ``Crontabs`` and ``RunningInstances`` rows as typed records, coerced from whatever SQLite gives back.
 
-2.x's columns have loose affinities (NUMBER, JSON in TEXT): a value stored in an odd form reads as None, never
-as an error.
+2.x's columns have loose affinities (NUMBER, JSON in TEXT): a value stored in an odd form reads as None (the id
+excepted) rather than failing the read.
 """
 
 from __future__ import annotations
