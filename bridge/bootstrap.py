@@ -266,8 +266,9 @@ def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> Any:
     in any other state (locked, hot journal, missing, damaged) it is built, and reads again later."""
     import logging
 
+    from legacy_adapters.database_state import FOREIGN_STATES
     from legacy_adapters.errors import LegacyDatabaseError
-    from legacy_adapters.reader import FOREIGN_STATES, LegacyReader
+    from legacy_adapters.reader import LegacyReader
 
     if settings.legacy_database_path is None:
         raise ConfigError("BRIDGE_LEGACY_DATA_DIR", "is required to compare with 2.x")
@@ -283,7 +284,7 @@ def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> Any:
 
 
 def _scheduler_mode(settings: Settings) -> str:
-    from legacy_adapters.reader import detect_scheduler_mode
+    from legacy_adapters.scheduler_mode import detect_scheduler_mode
 
     return settings.legacy_scheduler if settings.legacy_scheduler != "auto" else detect_scheduler_mode()
 

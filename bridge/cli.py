@@ -362,7 +362,7 @@ def report(since: str | None, origin: str | None, out_dir: Path | None) -> None:
 def import_legacy(batch_size: int, rescan: bool) -> None:
     """Import 2.x's RunningInstances history as read-only Runs (re-runnable; resumes where it stopped)."""
     from bridge.bootstrap import run_legacy_import
-    from bridge.jobs.import_legacy import print_summary
+    from bridge.jobs.import_legacy.summary import print_summary
 
     settings = _settings()
     _check_store(settings)

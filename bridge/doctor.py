@@ -222,7 +222,8 @@ def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any
 
 
 def _legacy_evidence(settings: Settings) -> tuple[Check, list[tuple[str | None, float | None]]]:
-    from legacy_adapters.reader import FOREIGN_STATES, DatabaseState, LegacyReader
+    from legacy_adapters.database_state import FOREIGN_STATES, DatabaseState
+    from legacy_adapters.reader import LegacyReader
 
     path = settings.legacy_database_path
     if path is None:

@@ -2,9 +2,9 @@
 
 glibc gives each thread that meets contention an arena of its own, up to eight per core, and keeps every
 arena's freed memory for reuse by that arena; the serving process runs the callback pool, the shadow lanes and
-the own-endpoint pool. Under the earlier thread-per-request server, RSS grew by tens of MiB in those arenas over
-100,000 callbacks and two arenas kept it flat at no measurable cost in latency (docs/performance.md, "Memory").
-An operator's own MALLOC_ARENA_MAX is left in charge.
+the own-endpoint pool, so without a cap freed memory piles up in many arenas and the resident size keeps
+growing. Two arenas keep it flat without slowing the callbacks. An operator's own MALLOC_ARENA_MAX is left in
+charge.
 """
 
 from __future__ import annotations

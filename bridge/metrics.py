@@ -26,7 +26,7 @@ from prometheus_client import (
 
 from bridge.domain.events import EventType, RunEvent
 from bridge.domain.model import Mode, Origin, RunStatus
-from legacy_adapters.reader import DatabaseState
+from legacy_adapters.database_state import DatabaseState
 
 PREFIX = "ql_bridge_"
 _RUN_STATUSES = frozenset(s.value for s in RunStatus)

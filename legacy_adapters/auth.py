@@ -30,8 +30,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from legacy_adapters.database_state import database_state
 from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
-from legacy_adapters.reader import database_state
 
 MESSAGE_LOGIN_FIRST = "请先登录"  # "please log in first"
 MESSAGE_TOKEN_EXPIRED = "Token 已失效"  # "token expired"

@@ -12,7 +12,7 @@ from bridge.domain.keys import execution_key, import_key, imported_execution_key
 from bridge.service.ports import TaskSnapshot
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyTimeError
-from legacy_adapters.reader import LegacyCron, LegacyInstance
+from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 

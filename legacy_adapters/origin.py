@@ -19,7 +19,7 @@ from datetime import datetime, tzinfo
 
 from legacy_adapters.busybox_crond import crond_line
 from legacy_adapters.node_schedule import node_expression
-from legacy_adapters.reader import LegacyCron
+from legacy_adapters.records import LegacyCron
 
 # The shell takes begin_timestamp after sourcing its helpers, so a scheduled run begins a little
 # after its fire time; a 5-field schedule fires on the minute, a 6-field one can fire every second.

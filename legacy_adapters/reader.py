@@ -1,280 +1,47 @@
-"""Read-only access to 2.x's ``data/db/database.sqlite``, tolerant of installs older than v2.21.0.
-
-Also names the state the file is in when it cannot be read (``DatabaseState``) and detects the 2.x scheduler
-mode (legacy-2x.md 1.3).
-"""
+"""Read-only access to 2.x's ``data/db/database.sqlite``, tolerant of installs older than v2.21.0."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
+from legacy_adapters.database_state import STATE_DETAIL, DatabaseState, database_state
 from legacy_adapters.errors import LegacyDatabaseError
+from legacy_adapters.records import (
+    CRON_COLUMNS,
+    INSTANCE_COLUMNS,
+    LegacyCron,
+    LegacyInstance,
+    cron_from_row,
+    instance_from_row,
+)
 from legacy_adapters.schema import CRONTABS_SENTINEL_COLUMNS, format_updated_at
 
 # 2.x sets no busy_timeout and retries SQLITE_BUSY itself; a reader must never hold the
 # rollback-journal SHARED lock long, so it waits briefly and reads in short statements.
 BUSY_BUDGET_S = 0.3
-# How a read waits for a lock: SQLite's busy handler, held to BUSY_STEP_S per try, then again until the budget.
-# Left alone for the whole budget, that handler sleeps 1, 2, 5, 10, ... 100 ms between tries, and while 2.x
-# commits back to back (a burst of callbacks) each try woke inside the next commit: in
-# tests/legacy/test_reader_busy.py 7 to 28 of 60 reads waited out the budget and failed. The gaps between 2.x's
-# commits are short, not rare; with 2 ms per try the handler never sleeps more than 1 ms at a time, in C,
-# without the GIL. (A Python loop sleeping up to 0.5 ms between tries cost the serving worker 0.25 ms more CPU
-# per callback under four clients, for about the same latency: bench_shadow_http.)
+# A read waits for a lock in short tries of SQLite's own busy handler, again until the budget. Left alone for the
+# whole budget, that handler backs off to long sleeps, and while 2.x commits back to back each try wakes inside
+# its next commit; with short tries the handler never sleeps more than a millisecond at a time, in C, without
+# the GIL, and a read gets into the short gaps between 2.x's commits.
 BUSY_STEP_S = 0.002
 T = TypeVar("T")
 COLUMNS_TTL_S = 30.0
 KEPT_CACHE_KIB = 512
 # Objects a QingLong 3.0 migration creates; their presence means the file is no longer plain 2.x.
 _THREE_ZERO_TABLES = ("Runs", "RunAttempts", "RunEvents", "RunRetryPolicies")
-
-_CRON_COLUMNS = {  # field -> Crontabs column
-    "id": "id",
-    "name": "name",
-    "command": "command",
-    "schedule": "schedule",
-    "timestamp": "timestamp",
-    "saved": "saved",
-    "status": "status",
-    "is_system": "isSystem",
-    "pid": "pid",
-    "is_disabled": "isDisabled",
-    "is_pinned": "isPinned",
-    "log_path": "log_path",
-    "labels": "labels",
-    "last_running_time": "last_running_time",
-    "last_execution_time": "last_execution_time",
-    "sub_id": "sub_id",
-    "extra_schedules": "extra_schedules",
-    "task_before": "task_before",
-    "task_after": "task_after",
-    "log_name": "log_name",
-    "allow_multiple_instances": "allow_multiple_instances",
-    "work_dir": "work_dir",
-    "created_at": "createdAt",
-    "updated_at": "updatedAt",
-}
-_INSTANCE_COLUMNS = ("id", "cron_id", "pid", "log_path", "started_at", "finished_at", "status", "exit_code")
 # How long before (and, for clock steps, after) a given moment 2.x may have inserted the instance row of an
 # execution, and how many ids one lookup reads at most (about 50 executions a second for the whole window).
 INSTANCE_LOOKBACK_S = 600
 INSTANCE_LOOKAHEAD_S = 60
 INSTANCE_SCAN_IDS = 30_000
-
-
-class DatabaseState(StrEnum):
-    """What 2.x's database is, as the bridge sees it; each value is a stable code (error reason, metric label).
-
-    Only the foreign states may stop the bridge: a database that is positively something else. Every other
-    state passes (a killed writer, a restore, 2.x's first boot): the bridge keeps forwarding and reads again.
-    """
-
-    OK = "ok"
-    LOCKED = "locked"  # another connection holds the lock longer than the busy timeout
-    HOT_JOURNAL = "hot_journal"  # a writer died mid-transaction: only a connection with write access rolls it back
-    MISSING = "missing"  # no file at the path
-    EMPTY = "empty"  # an SQLite file without a single table: emptied, or 2.x has not created its tables yet
-    UNREADABLE = "unreadable"  # there, but it cannot be opened or read (permissions, not a regular file, I/O)
-    CORRUPT = "corrupt"  # an SQLite file that is truncated or malformed
-    READ_ONLY = "read_only"  # readable, but it takes no writes (the projector's view of a read-only mount)
-    NOT_LEGACY = "not_legacy"  # foreign: an SQLite database without 2.x's Crontabs table, or not SQLite at all
-    UNSUPPORTED = "unsupported"  # foreign: a 2.x database a QingLong 3.0 migration has already changed
-
-
-FOREIGN_STATES = frozenset({DatabaseState.NOT_LEGACY, DatabaseState.UNSUPPORTED})
-TRANSIENT_STATES = frozenset(DatabaseState) - FOREIGN_STATES - {DatabaseState.OK}
-_STATE_DETAIL = {
-    DatabaseState.LOCKED: "another connection holds its lock",
-    DatabaseState.HOT_JOURNAL: "a writer died mid-transaction and left a hot rollback journal; it reads again once "
-                               "a connection with write access (2.x's next one) has rolled it back",
-    DatabaseState.MISSING: "no such file",
-    DatabaseState.EMPTY: "it holds no table: emptied, or 2.x has not created its tables yet",
-    DatabaseState.UNREADABLE: "it cannot be opened or read",
-    DatabaseState.CORRUPT: "truncated or malformed",
-    DatabaseState.READ_ONLY: "attempt to write a readonly database",
-    DatabaseState.NOT_LEGACY: "not an SQLite database with 2.x's Crontabs(id, command, schedule) table",
-}
-# sqlite3 result codes (sqlite3.h). 776 is SQLITE_READONLY_ROLLBACK: a hot journal a read-only connection met.
-_BUSY, _LOCKED, _CORRUPT, _CANTOPEN, _NOTADB, _READONLY_ROLLBACK = 5, 6, 11, 14, 26, 776
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def database_state(path: str | os.PathLike[str], exc: sqlite3.Error) -> DatabaseState:
-    """The state an SQLite error raised while reading or writing ``path`` reveals."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    if code == _READONLY_ROLLBACK:
-        return DatabaseState.HOT_JOURNAL
-    if primary in (_BUSY, _LOCKED) or "database is locked" in str(exc).lower():
-        return DatabaseState.LOCKED
-    if primary == _CORRUPT:
-        return DatabaseState.CORRUPT
-    if primary == _NOTADB:
-        return _not_a_database(Path(path))
-    if primary == _CANTOPEN and not os.path.lexists(path):
-        return DatabaseState.MISSING
-    return DatabaseState.UNREADABLE
-
-
-def _not_a_database(path: Path) -> DatabaseState:
-    """SQLite refused the file: foreign only when its first bytes are positively something else.
-
-    Read only once SQLite has refused the file, so no connection of this process holds a lock on it (closing
-    any descriptor of a file drops the process's POSIX locks on it).
-    """
-    try:
-        with path.open("rb") as file:
-            head = file.read(16)
-    except FileNotFoundError:
-        return DatabaseState.MISSING
-    except OSError:
-        return DatabaseState.UNREADABLE
-    if len(head) < len(_SQLITE_MAGIC) or not head.strip(b"\0") or head == _SQLITE_MAGIC:
-        return DatabaseState.CORRUPT  # cut inside the header, zeroed, or an SQLite header with broken fields
-    return DatabaseState.NOT_LEGACY
-
-
-@dataclass(frozen=True)
-class LegacyCron:
-    """One ``Crontabs`` row; a column the install lacks reads as None."""
-
-    id: int
-    name: str | None
-    command: str | None
-    schedule: str | None
-    timestamp: str | None
-    saved: bool | None
-    status: int | None
-    is_system: bool | None
-    pid: int | None
-    is_disabled: bool  # NULL is "not disabled", as in 2.x's filters
-    is_pinned: bool | None
-    log_path: str | None
-    labels: tuple[str, ...] | None  # None: the stored JSON text is malformed
-    last_running_time: int | float | None  # seconds (a duration)
-    last_execution_time: int | float | None  # unix seconds; 0 means never
-    sub_id: int | None
-    extra_schedules: tuple[str, ...] | None  # None: the stored JSON text is malformed
-    task_before: str | None
-    task_after: str | None
-    log_name: str | None
-    work_dir: str | None
-    # NULL on upgraded rows never re-saved; runCron tests `=== 0`, so NULL acts as True.
-    allow_multiple_instances: bool | None
-    created_at: str | None
-    updated_at: str | None
-
-
-@dataclass(frozen=True)
-class LegacyInstance:
-    """One ``RunningInstances`` row; times are unix seconds."""
-
-    id: int
-    cron_id: int | None
-    pid: int | None
-    log_path: str | None
-    started_at: int | float | None
-    finished_at: int | float | None
-    status: int | None
-    exit_code: int | float | None
-
-
-def _number(value: Any) -> int | float | None:
-    # NUMBER has NUMERIC affinity: integers come back as int, odd writes as float or text.
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else value
-    return value if isinstance(value, int) else None
-
-
-def _integer(value: Any) -> int | None:
-    number = _number(value)
-    return number if isinstance(number, int) else None
-
-
-def _flag(value: Any) -> bool | None:
-    number = _number(value)
-    return None if number is None else bool(number)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _json_strings(value: Any, key: str | None = None) -> tuple[str, ...] | None:
-    """A JSON array of strings (labels) or of ``{"schedule": ...}`` objects (extra_schedules)."""
-    if value is None or value == "":
-        return ()
-    try:
-        items = json.loads(value) if isinstance(value, (str, bytes)) else value
-    except ValueError:
-        return None
-    if not isinstance(items, list):
-        return None
-    found = [item.get(key) if key and isinstance(item, dict) else item for item in items]
-    return tuple(str(item) for item in found if isinstance(item, str) and item)
-
-
-def _cron_from_row(row: Mapping[str, Any]) -> LegacyCron:
-    get = row.get
-    return LegacyCron(
-        id=int(row["id"]),
-        name=_text(get("name")),
-        command=_text(get("command")),
-        schedule=_text(get("schedule")),
-        timestamp=_text(get("timestamp")),
-        saved=_flag(get("saved")),
-        status=_integer(get("status")),
-        is_system=_flag(get("isSystem")),
-        pid=_integer(get("pid")),
-        is_disabled=bool(_flag(get("isDisabled"))),
-        is_pinned=_flag(get("isPinned")),
-        log_path=_text(get("log_path")),
-        labels=_json_strings(get("labels")),
-        last_running_time=_number(get("last_running_time")),
-        last_execution_time=_number(get("last_execution_time")),
-        sub_id=_integer(get("sub_id")),
-        extra_schedules=_json_strings(get("extra_schedules"), "schedule"),
-        task_before=_text(get("task_before")),
-        task_after=_text(get("task_after")),
-        log_name=_text(get("log_name")),
-        work_dir=_text(get("work_dir")),
-        allow_multiple_instances=_flag(get("allow_multiple_instances")),
-        created_at=_text(get("createdAt")),
-        updated_at=_text(get("updatedAt")),
-    )
-
-
-def _instance_from_row(row: Mapping[str, Any]) -> LegacyInstance:
-    get = row.get
-    return LegacyInstance(
-        id=int(row["id"]),
-        cron_id=_integer(get("cron_id")),
-        pid=_integer(get("pid")),
-        log_path=_text(get("log_path")),
-        started_at=_number(get("started_at")),
-        finished_at=_number(get("finished_at")),
-        status=_integer(get("status")),
-        exit_code=_number(get("exit_code")),
-    )
 
 
 class LegacyReader:
@@ -409,19 +176,19 @@ class LegacyReader:
 
     def get_cron(self, cron_id: int) -> LegacyCron | None:
         """The Crontabs row with ``cron_id``, or None."""
-        select = self._select("Crontabs", list(_CRON_COLUMNS.values()))
+        select = self._select("Crontabs", list(CRON_COLUMNS.values()))
         rows = self._fetch(f"{select} WHERE id = ?", (cron_id,)) if select else []
-        return _cron_from_row(dict(rows[0])) if rows else None
+        return cron_from_row(dict(rows[0])) if rows else None
 
     def iter_crons(self, batch_size: int = 500) -> Iterator[LegacyCron]:
         """Every Crontabs row in id order, keyset-paged so no lock is held between pages."""
-        select = self._select("Crontabs", list(_CRON_COLUMNS.values()))
-        yield from (_cron_from_row(r) for r in self._pages(select, 0, batch_size))
+        select = self._select("Crontabs", list(CRON_COLUMNS.values()))
+        yield from (cron_from_row(r) for r in self._pages(select, 0, batch_size))
 
     def iter_instances(self, after_id: int = 0, batch_size: int = 500) -> Iterator[LegacyInstance]:
         """RunningInstances rows with id > ``after_id`` in id order; none on pre-2.21 installs."""
-        select = self._select("RunningInstances", _INSTANCE_COLUMNS)
-        yield from (_instance_from_row(r) for r in self._pages(select, after_id, batch_size))
+        select = self._select("RunningInstances", INSTANCE_COLUMNS)
+        yield from (instance_from_row(r) for r in self._pages(select, after_id, batch_size))
 
     def _pages(self, select: str | None, after_id: int, batch_size: int) -> Iterator[dict[str, Any]]:
         while select is not None:
@@ -433,18 +200,18 @@ class LegacyReader:
 
     def instances_for_cron(self, cron_id: int, limit: int) -> list[LegacyInstance]:
         """Up to ``limit`` instances of a cron, newest first (2.x orders by started_at DESC)."""
-        select = self._select("RunningInstances", _INSTANCE_COLUMNS)
+        select = self._select("RunningInstances", INSTANCE_COLUMNS)
         if select is None:
             return []
         rows = self._fetch(f"{select} WHERE cron_id = ? ORDER BY started_at DESC, id DESC LIMIT ?", (cron_id, limit))
-        return [_instance_from_row(dict(row)) for row in rows]
+        return [instance_from_row(dict(row)) for row in rows]
 
     def recent_instances(self, limit: int) -> list[LegacyInstance]:
         """The ``limit`` newest instances of any cron, by primary key (the only index 2.x keeps)."""
-        select = self._select("RunningInstances", _INSTANCE_COLUMNS)
+        select = self._select("RunningInstances", INSTANCE_COLUMNS)
         if select is None:
             return []
-        return [_instance_from_row(dict(row)) for row in self._fetch(f"{select} ORDER BY id DESC LIMIT ?", (limit,))]
+        return [instance_from_row(dict(row)) for row in self._fetch(f"{select} ORDER BY id DESC LIMIT ?", (limit,))]
 
     def instances_inserted_near(self, cron_id: int, pid: int | None, at_ms: int, *,
                                 lookback_s: int = INSTANCE_LOOKBACK_S,
@@ -457,7 +224,7 @@ class LegacyReader:
         searches over the key find the ids inserted at the window's two ends, and only the ids between are read,
         through the key. However many instances the cron has had since, one lookup stays this size.
         """
-        select = self._select("RunningInstances", _INSTANCE_COLUMNS)
+        select = self._select("RunningInstances", INSTANCE_COLUMNS)
         if select is None:
             return []
         with_created_at = "createdAt" in self.columns("RunningInstances")
@@ -474,7 +241,7 @@ class LegacyReader:
             return conn.execute(f'{select} WHERE id >= ? AND id < ? AND cron_id = ? AND "pid" IS ? ORDER BY id DESC',
                                 (first, min(after, first + max_ids), cron_id, pid)).fetchall()
 
-        return [_instance_from_row(dict(row)) for row in self._read(lookup)]
+        return [instance_from_row(dict(row)) for row in self._read(lookup)]
 
     @staticmethod
     def _first_id_since(conn: sqlite3.Connection, top: int, stamp: str) -> int:
@@ -527,13 +294,5 @@ class LegacyReader:
             foreign = [t for t in _THREE_ZERO_TABLES if self.has_table(t)]
             raise LegacyDatabaseError(str(self.path), state.value,
                                       "already holds QingLong 3.0 tables: " + ", ".join(foreign))
-        raise LegacyDatabaseError(str(self.path), state.value, _STATE_DETAIL[state])
+        raise LegacyDatabaseError(str(self.path), state.value, STATE_DETAIL[state])
 
-
-def detect_scheduler_mode(environ: Mapping[str, str] | None = None) -> Literal["system", "node"]:
-    """2.x's CronService.schedulerMode: QL_SCHEDULER if valid, else "system" when crond exists."""
-    env = os.environ if environ is None else environ
-    configured = env.get("QL_SCHEDULER", "").strip()
-    if configured in ("system", "node"):
-        return "system" if configured == "system" else "node"
-    return "system" if shutil.which("crond") else "node"

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bridge.domain.errors import BridgeError
+from legacy_adapters.database_state import DatabaseState, database_state
 from legacy_adapters.errors import LegacyDatabaseError
-from legacy_adapters.reader import DatabaseState, database_state
 from legacy_adapters.schema import format_updated_at
 
 _CRONTAB_COLUMNS = frozenset({"id", "status", "pid", "log_path", "last_execution_time", "last_running_time",
@@ -35,7 +35,7 @@ _BUSY, _LOCKED, _READONLY = 5, 6, 8
 # Busy transactions in a row after which 2.x's lock is a state of the database, not a blip: the projector then
 # halts as "locked" and waits, instead of spending its rows' retry budgets (a row is parked after 8).
 LOCKED_AFTER = 3
-# How many of the newest RunningInstances rows the crash-adoption lookup scans (about 0.3 ms for 5000).
+# How many of the newest RunningInstances rows the crash-adoption lookup scans (a short read by primary key).
 ADOPT_WINDOW = 5000
 _BUSY_TEXT = ("database is locked", "database table is locked", "database is busy")
 _CANNOT_OPEN = (14, 23)  # SQLITE_CANTOPEN, SQLITE_AUTH: the file is there but this process may not open it

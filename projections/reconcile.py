@@ -19,7 +19,7 @@ from bridge.domain.mismatches import CRON_KINDS, MismatchKind
 from bridge.domain.model import RUN_ACTIVE
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyTimeError
-from legacy_adapters.reader import LegacyCron, LegacyInstance
+from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import MAX_EPOCH_SECONDS, epoch_seconds_to_ms, ms_to_epoch_seconds
 
@@ -190,8 +190,8 @@ class RecordedAgain:
 def structured_diff(legacy: dict[str, Any], shadow: dict[str, Any], *, epsilon: float = 0.0) -> dict[str, Any]:
     """DeepDiff of two views as plain JSON data; empty when they agree.
 
-    Agreement is checked first with plain comparisons: almost every pair agrees, and building a DeepDiff
-    per field was most of a reconcile pass (tests/bench/bench_reconcile.py).
+    Agreement is checked first with plain comparisons: almost every pair agrees, and a DeepDiff costs far
+    more than comparing the fields.
     """
     if _agree(legacy, shadow, epsilon):
         return {}

@@ -15,7 +15,8 @@ from typing import Any
 
 from legacy_adapters.schema import InstanceStatus
 from projections.gates import INSUFFICIENT_DATA, Window, local_time
-from projections.report import DAY_MS, GATE_WORDS, day_name, diff_sides, percent, span
+from projections.report import DAY_MS, GATE_WORDS, day_name, percent, span
+from projections.report_redaction import diff_sides
 
 PASS, FAIL, NODATA, INK, GRID, TRACK = "#2e7d32", "#c62828", "#78909c", "#212121", "#e0e0e0", "#eeeeee"
 PALETTE = ("#1565c0", "#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#558b2f", "#4e342e", "#37474f", "#f9a825",

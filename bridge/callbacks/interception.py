@@ -54,7 +54,8 @@ from legacy_adapters.errors import LegacyCallbackParseError, LegacyDatabaseError
 from legacy_adapters.identity import task_revision, task_snapshot
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer_start_origin
 from legacy_adapters.process_identity import ProcProbe
-from legacy_adapters.reader import LegacyCron, LegacyReader
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.records import LegacyCron
 from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.shadow")

@@ -1,7 +1,7 @@
 """The opening ladder: a Run and its Attempt 1 taken up to running, one legal step at a time.
 
 A 2.x execution reaches the bridge already running, so the shadow path (bridge/service/shadow.py) and the
-import of 2.x's history (bridge/jobs/import_legacy.py) open its Run through every step a Run of its own would
+import of 2.x's history (bridge/jobs/import_legacy/) open its Run through every step a Run of its own would
 have taken: created, queued, dispatching (Attempt 1 claimed, starting, running), running. The steps are not
 written out here: they are the shortest paths of RUN_TRANSITIONS and ATTEMPT_TRANSITIONS (bridge/domain/model.py)
 from a new Run's and a new Attempt's status to running, so the ladder follows the tables when they change.

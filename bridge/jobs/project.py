@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.domain.errors import BridgeError
 from bridge.service.clock import SystemClock
-from legacy_adapters.reader import TRANSIENT_STATES, DatabaseState
+from legacy_adapters.database_state import TRANSIENT_STATES, DatabaseState
 from legacy_adapters.status_writer import LegacyStatusWriter
 from projections.relay import ProjectionHaltedError, ProjectionMetrics, Projector
 
@@ -45,8 +45,8 @@ TICK_S = 0.5
 # The share of wall time the projector may hold 2.x's write lock. 2.x waits for a busy database in SQLite's
 # busy handler, so each of its writes that meets our transaction waits about as long as the transaction
 # (rounded up to the handler's next poll); at half a percent, fewer than one 2.x write in two hundred does.
-# A transaction costs its syncs (about 1 ms on an SSD, 10 ms and more on an SD card or a busy disk), so the
-# tick becomes hold / LOCK_SHARE, between TICK_S and MAX_TICK_S.
+# A transaction costs its syncs (far more on an SD card or a busy disk than on an SSD), so the tick becomes
+# hold / LOCK_SHARE, between TICK_S and MAX_TICK_S.
 LOCK_SHARE = 0.005
 MAX_TICK_S = 5.0
 _HOLD_WEIGHT = 0.3  # of the newest transaction in the running estimate of a transaction's hold

@@ -43,7 +43,8 @@ from legacy_adapters.identity import instance_execution_key as run_key
 from legacy_adapters.identity import instance_import_key, speaking_row
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
-from legacy_adapters.reader import LegacyCron, LegacyInstance, LegacyReader
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import (

@@ -36,7 +36,8 @@ from bridge.service.shadow import PendingEndStore, ShadowRecorder
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
-from legacy_adapters.reader import LegacyInstance, LegacyReader
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.records import LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 

@@ -47,7 +47,8 @@ from bridge.service.shadow import (
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key, speaking_row
-from legacy_adapters.reader import LegacyInstance, LegacyReader
+from legacy_adapters.reader import LegacyReader
+from legacy_adapters.records import LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects

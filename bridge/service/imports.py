@@ -1,4 +1,4 @@
-"""The import's storage port: brand-new Runs, already decided, written in bulk (bridge/jobs/import_legacy.py).
+"""The import's storage port: brand-new Runs, already decided, written in bulk (bridge/jobs/import_legacy/).
 
 The import decides a batch of 2.x's history outside any transaction (each Run a ChangeSet from RunChange and the
 opening ladder) and writes it in one short transaction, together with the import cursor. Its rows are those

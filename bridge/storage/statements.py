@@ -1,9 +1,8 @@
 """The statement engine of the bridge store: Core statements compiled once per dialect and run on the DB-API
 cursor several at a time, in one round trip on PostgreSQL (psycopg's pipeline mode).
 
-Rebuilding, re-compiling and wrapping results per call cost more than the database work itself
-(tests/bench/bench_run_service.py). Driver errors are wrapped exactly as SQLAlchemy wraps them, so
-storage/errors.py sees the same types.
+Rebuilding, re-compiling and wrapping results on every call would cost more than the database work itself.
+Driver errors are wrapped exactly as SQLAlchemy wraps them, so storage/errors.py sees the same types.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ _SAMPLE_ROWS = text("SELECT status, origin FROM runs WHERE rowid IN :ids").bindp
 
 def _sampled(conn: Connection) -> _Counts | None:
     """SQLite: SAMPLE_SIZE Runs picked at random by row id (its planner keeps no statistics per value, and
-    counters kept by triggers cost each Run write more than the whole rest of its SQL). Row ids are handed out
+    counters kept by triggers would make every Run write dearer). Row ids are handed out
     in order and Runs and events are never deleted, so the highest row id is the count, and a sampled id that
     names no row only thins the sample. None for a small store."""
     top = conn.execute(_TOP_RUN).scalar() or 0

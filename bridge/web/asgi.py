@@ -35,7 +35,7 @@ OWN_ENDPOINT_THREADS = 4  # /v3 reads, health, metrics and the admin: an operato
 
 def is_own_endpoint(method: str, path: str) -> bool:
     """The requests the bridge answers itself (as the Flask app routes them); every other method on the same
-    paths is 2.x's, as it was when Flask's catch-all relayed it."""
+    paths goes to 2.x."""
     if path in _HEALTH or path == "/bridge/flags":
         return method in _READ
     if path == "/v3" or path.startswith("/v3/"):

@@ -58,7 +58,7 @@ def _head_size(target: bytes, headers: list[tuple[bytes, bytes]]) -> int:
 
 class CorkedTransport:
     """The connection's transport, with the writes of one event-loop turn sent together: an answer's head and
-    its body leave in one segment, as waitress sent them, instead of one syscall each."""
+    its body leave in one segment instead of one syscall each."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.raw = transport

@@ -147,7 +147,7 @@ def child_main(spec: dict[str, Any]) -> None:
     from rich.console import Console
     from sqlalchemy import func, select
 
-    import bridge.jobs.import_legacy as importer
+    import bridge.jobs.import_legacy.job as importer
     from bridge.bootstrap import run_legacy_import
     from bridge.config import Settings
     from bridge.storage.engine import make_engine
@@ -331,7 +331,7 @@ def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> No
     """run_import, holding still between two batches while ``paused`` is set (``idle`` says it is)."""
     from rich.console import Console
 
-    import bridge.jobs.import_legacy as importer
+    import bridge.jobs.import_legacy.job as importer
     from bridge.bootstrap import run_legacy_import
     from bridge.config import Settings
     from bridge.storage.unit_of_work import SqlUnitOfWork

@@ -10,7 +10,7 @@ from bridge.bootstrap import report_sources, run_legacy_import
 from bridge.domain.commands import RetryRun
 from bridge.domain.errors import RetryNotAllowedError
 from bridge.jobs.reconcile import Reconciler, ReconcileSettings
-from bridge.jobs.report import build_report
+from bridge.jobs.report.build import build_report
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes

@@ -16,7 +16,8 @@ from rich.console import Console
 from sqlalchemy import delete, func, select
 
 from bridge.bootstrap import run_legacy_import
-from bridge.jobs.import_legacy import ImportRefusedError, ImportSummary, backup_copy, print_summary
+from bridge.jobs.import_legacy.backup import ImportRefusedError, backup_copy
+from bridge.jobs.import_legacy.summary import ImportSummary, print_summary
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
@@ -441,7 +442,7 @@ def test_the_reconciler_and_the_report_leave_every_row_of_an_imported_execution_
     from bridge.bootstrap import report_sources
     from bridge.demo import ALL_ORIGINS
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
-    from bridge.jobs.report import build_report
+    from bridge.jobs.report.build import build_report
     from bridge.metrics import BridgeMetrics
     from bridge.service.ports import StaticModes
     from bridge.storage.pending_ends import SqlPendingEnds

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import bridge.jobs.import_legacy as importer
-from bridge.jobs.import_legacy import IMPORT_GAP_MS
+import bridge.jobs.import_legacy.job as importer
+from bridge.jobs.import_legacy.pacing import IMPORT_GAP_MS
 from bridge.storage.imports import SqlImportStore
 from legacy_adapters.schema import InstanceStatus
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances

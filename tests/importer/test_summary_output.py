@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from bridge.jobs.import_legacy import ImportSummary, print_summary
+from bridge.jobs.import_legacy.summary import ImportSummary, print_summary
 
 
 def printed_rows(summary: ImportSummary) -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from legacy_adapters.reader import LegacyCron
+from legacy_adapters.records import LegacyCron
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 

@@ -156,7 +156,7 @@ def test_each_state_of_the_file_has_its_own_stable_code(legacy_dir: LegacyDataDi
 
 
 def test_only_a_file_that_is_positively_something_else_is_foreign(legacy_dir: LegacyDataDir) -> None:
-    from legacy_adapters.reader import FOREIGN_STATES, TRANSIENT_STATES
+    from legacy_adapters.database_state import FOREIGN_STATES, TRANSIENT_STATES
 
     assert FOREIGN_STATES == {"not_legacy", "unsupported"}
     assert {"locked", "hot_journal", "missing", "unreadable", "corrupt", "empty"} <= TRANSIENT_STATES

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from legacy_adapters.errors import LegacyDatabaseError
-from legacy_adapters.reader import LegacyReader, detect_scheduler_mode
+from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import LegacyDataDir, connect, immediate
 
 # A pre-2.20 Crontabs table: none of the ALTER-added columns, and no RunningInstances table.
@@ -142,15 +142,6 @@ def test_a_database_already_holding_3_0_tables_is_unsupported(legacy_dir: Legacy
     with pytest.raises(LegacyDatabaseError) as caught:
         LegacyReader(legacy_dir.database_path).check_is_legacy_database()
     assert caught.value.reason == "unsupported"
-
-
-def test_scheduler_mode_follows_ql_scheduler_then_crond(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert detect_scheduler_mode({"QL_SCHEDULER": "node"}) == "node"
-    assert detect_scheduler_mode({"QL_SCHEDULER": "system"}) == "system"
-    monkeypatch.setattr("legacy_adapters.reader.shutil.which", lambda name: "/usr/sbin/crond")
-    assert detect_scheduler_mode({}) == "system"
-    monkeypatch.setattr("legacy_adapters.reader.shutil.which", lambda name: None)
-    assert detect_scheduler_mode({"QL_SCHEDULER": "bogus"}) == "node"
 
 
 # -- a reader that keeps its connections (bridge serve) -----------------------------------------

@@ -19,7 +19,7 @@ from sqlalchemy import insert, update
 
 from bridge.bootstrap import report_sources
 from bridge.config import Settings
-from bridge.jobs.report import build_report
+from bridge.jobs.report.build import build_report
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.schema import mismatches_table, runs_table

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bridge.jobs.report import write_report
+from bridge.jobs.report.command import write_report
 from tests.conftest import Backend
 from tests.reports.conftest import NOW_MS, NOW_S, Scenario, make_scenario
 from tests.reports.devtools import Chromium, png_size

@@ -10,18 +10,10 @@ from typing import Any
 import pytest
 
 from projections.gates import GateThresholds, OriginFigures, Window
-from projections.report import (
-    SCHEMA,
-    assemble,
-    check_report,
-    example,
-    origin_entry,
-    summarize_diff,
-    timeline,
-    to_json,
-    unobservable_entry,
-)
+from projections.report import assemble, example, origin_entry, timeline, to_json, unobservable_entry
 from projections.report_html import render_html
+from projections.report_redaction import summarize_diff
+from projections.report_schema import SCHEMA, check_report
 
 WINDOW = Window(1_795_611_600_000, 1_796_216_400_000)
 TOP_KEYS = ["schema", "generated_at", "generated_at_local", "time_zone", "window", "thresholds", "origins",

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from legacy_adapters.callbacks import log_path_digest
-from projections.report import check_report, to_json
+from projections.report import to_json
 from projections.report_html import render_html
+from projections.report_schema import check_report
 from tests.conftest import Backend
 from tests.reports.conftest import (
     NOW_MS,

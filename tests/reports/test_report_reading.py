@@ -11,18 +11,11 @@ from typing import Any
 
 import pytest
 
-import projections.report
 from projections.gates import GateThresholds, OriginFigures, Window
-from projections.report import (
-    assemble,
-    check_report,
-    example,
-    origin_entry,
-    timeline,
-    to_json,
-    unobservable_entry,
-)
+from projections.report import assemble, example, origin_entry, timeline, to_json, unobservable_entry
 from projections.report_html import agreement_chart, render_html
+from projections.report_redaction import diff_sides
+from projections.report_schema import check_report
 
 START_MS, END_MS = 1_795_611_600_000, 1_796_216_400_000  # 2026-11-25T13:00Z .. 2026-12-02T13:00Z
 WINDOW = Window(START_MS, END_MS)
@@ -327,5 +320,5 @@ def test_a_report_written_before_these_fields_is_still_a_valid_version_1_documen
 
 
 def test_diff_sides_is_the_same_split_the_example_carries() -> None:
-    assert projections.report.diff_sides("exit_code", json.loads(VALUES_CHANGED)) == {"legacy": {"exit_code": 2},
+    assert diff_sides("exit_code", json.loads(VALUES_CHANGED)) == {"legacy": {"exit_code": 2},
                                                                    "shadow": {"exit_code": 1}, "context": {}}

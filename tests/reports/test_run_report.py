@@ -12,9 +12,9 @@ from rich.console import Console
 from bridge.bootstrap import write_cutover_report as run_report
 from bridge.config import ConfigError, Settings
 from bridge.domain.errors import BridgeError
-from bridge.jobs.report import LegacyDataDirNotConfiguredError, parse_since, write_report
+from bridge.jobs.report.command import LegacyDataDirNotConfiguredError, parse_since, write_report
 from bridge.storage.report_queries import ReportQueries
-from projections.report import check_report
+from projections.report_schema import check_report
 from tests.conftest import Backend
 from tests.reports.conftest import NOW_MS, NOW_S, Scenario, make_scenario
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from legacy_adapters.callbacks import exit_code_as_given
-from legacy_adapters.reader import LegacyInstance
+from legacy_adapters.records import LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from projections.reconcile import compare_ended
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bridge.domain.mismatches import MismatchKind
-from legacy_adapters.reader import LegacyCron, LegacyInstance
+from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from projections.reconcile import (
     RecordedAgain,

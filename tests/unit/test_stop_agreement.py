@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from legacy_adapters.reader import LegacyInstance
+from legacy_adapters.records import LegacyInstance
 from projections.reconcile import compare_ended
 
 STARTED_S, FINISHED_S = 1_796_216_400, 1_796_216_430
