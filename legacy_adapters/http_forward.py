@@ -72,7 +72,17 @@ class SocketForward:
     def __call__(self, method: str, target: bytes, headers: Iterable[tuple[bytes, bytes]],
                  body: bytes) -> ForwardedAnswer:
         request = self._request_bytes(method, target, headers, body)
-        sock = self._kept() or self._connect()
+        kept = self._kept()
+        if kept is not None:
+            try:
+                return self._on(kept, request)
+            except _ClosedUnanswered:
+                # 2.x closed the kept connection as the request went out (Node ends idle ones after 5 s):
+                # it never read it, so it goes again once, on a new connection.
+                pass
+        return self._on(self._connect(), request)
+
+    def _on(self, sock: socket.socket, request: bytes) -> ForwardedAnswer:
         try:
             answer, reusable = self._exchange(sock, request)
         except BaseException:
@@ -135,6 +145,8 @@ class SocketForward:
             sock.sendall(request)
         except TimeoutError as exc:
             raise httpx.WriteTimeout("writing to 2.x timed out") from exc
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _ClosedUnanswered("2.x closed the connection before the request was written") from exc
         except OSError as exc:
             raise httpx.WriteError(f"writing to 2.x failed ({type(exc).__name__})") from exc
         reading = _AnswerReader()
@@ -145,10 +157,17 @@ class SocketForward:
                 chunk = sock.recv(READ_CHUNK_BYTES)
             except TimeoutError as exc:
                 raise httpx.ReadTimeout("2.x did not answer in time") from exc
+            except ConnectionResetError as exc:
+                if not reading.begun:
+                    raise _ClosedUnanswered("2.x reset the connection without answering") from exc
+                raise httpx.ReadError("2.x reset the connection while answering") from exc
             except OSError as exc:
                 raise httpx.ReadError(f"reading from 2.x failed ({type(exc).__name__})") from exc
             if not chunk:
+                if not reading.begun:
+                    raise _ClosedUnanswered("2.x closed the connection without answering")
                 return reading.at_end_of_stream(parser), False
+            reading.begun = True
             try:
                 parser.feed_data(chunk)
             except httptools.HttpParserUpgrade as exc:  # a 101 to a callback: not an answer the shell can use
@@ -160,12 +179,18 @@ class SocketForward:
         return reading.answer(parser), reading.keep_alive
 
 
+class _ClosedUnanswered(httpx.RemoteProtocolError):
+    """2.x closed or reset the connection before a byte of its answer: on a kept connection, the sign that
+    Node closed it while idle, so the request was never read."""
+
+
 @dataclass
 class _AnswerReader:
     """httptools' callbacks for one answer."""
 
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     body: list[bytes] = field(default_factory=list)
+    begun: bool = False  # a byte of the answer has arrived
     head_done: bool = False
     complete: bool = False
     keep_alive: bool = False
