@@ -24,6 +24,7 @@ import argparse
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +37,6 @@ from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from tests.bench.bench_shadow_http import double_process
-from tests.bench.stores import fresh_store
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 THIS = str(Path(__file__).resolve().parents[2])
@@ -110,14 +110,25 @@ def run_block(port: int, pid: int | None, data: LegacyDataDir, cron: int, pairs:
 @contextmanager
 def bridge(checkout: str, double_url: str, data: LegacyDataDir, root: Path, name: str, origins: str,
            extra_path: str = "") -> Iterator[tuple[int, int]]:
-    with fresh_store("sqlite", root, "", name=name) as (url, _schema):
-        port = free_port()
-        env = serve_env(port, double_url, data.root, url, origins=origins, BRIDGE_DATA_DIR=str(root / name),
-                        PYTHONPATH=os.pathsep.join(p for p in (extra_path, checkout) if p),
-                        BRIDGE_SHADOW_BUDGET_MS="2000")
-        env.pop("BRIDGE_WORKERS", None)
-        with bridge_process(env, f"http://127.0.0.1:{port}") as proc:
-            yield port, proc.pid
+    """`bridge serve` from ``checkout``, on a store that checkout's own `db upgrade` made."""
+    url = f"sqlite:///{(root / f'{name}.sqlite').resolve()}"
+    port = free_port()
+    env = serve_env(port, double_url, data.root, url, origins=origins, BRIDGE_DATA_DIR=str(root / name),
+                    PYTHONPATH=os.pathsep.join(p for p in (extra_path, checkout) if p),
+                    # `python -m bridge.cli` would put the working directory ahead of PYTHONPATH, and every
+                    # version would be the checkout the benchmark runs from.
+                    PYTHONSAFEPATH="1",
+                    BRIDGE_SHADOW_BUDGET_MS="2000")
+    env.pop("BRIDGE_WORKERS", None)
+    imported = subprocess.run([sys.executable, "-c", "import bridge; print(bridge.__file__)"], env=env,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    if not imported.startswith(checkout):
+        raise RuntimeError(f"{name} would import {imported}, not the checkout {checkout}")
+    print(f"{name}: {imported}", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "bridge.cli", "db", "upgrade"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    with bridge_process(env, f"http://127.0.0.1:{port}") as proc:
+        yield port, proc.pid
 
 
 def percentile(values: list[float], q: float) -> float:
