@@ -39,8 +39,7 @@ from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PendingEndStore, ShadowRecorder
 from bridge.storage.errors import translate_operational_error
 from legacy_adapters.errors import LegacyDatabaseError
-from legacy_adapters.identity import instance_execution_key as run_key
-from legacy_adapters.identity import instance_import_key, speaking_row
+from legacy_adapters.identity import instance_execution_key, instance_import_key, speaking_row
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyReader
@@ -205,7 +204,7 @@ class Reconciler:
             self._judged.row_read(instance.id, past_lookback=instance.id not in unplaceable | in_window)
         executions: dict[str, list[LegacyInstance]] = {}
         for instance in window:  # replayed starts give one execution more than one row
-            key = run_key(instance.cron_id, instance.pid, instance.log_path, instance.started_at)
+            key = instance_execution_key(instance.cron_id, instance.pid, instance.log_path, instance.started_at)
             executions.setdefault(key, []).append(instance)
         # History imported by `bridge import-legacy` (keyed by the execution, or by instance id as earlier imports
         # were): found, then left out of the checks, every row of the execution.
@@ -286,7 +285,8 @@ class Reconciler:
             if again:  # the rows of an earlier batch, found as recovery finds them: inserted near the Run's creation
                 first = min(i.id for i in rows)
                 near = self._reader.instances_inserted_near(rows[0].cron_id or 0, rows[0].pid, run["created_at_ms"])
-                found = [i for i in near if i.id < first and run_key(i.cron_id, i.pid, i.log_path, i.started_at) == key]
+                found = [i for i in near if i.id < first
+                         and instance_execution_key(i.cron_id, i.pid, i.log_path, i.started_at) == key]
                 entry.add(found)
                 entry.rows += 0 if found else 1  # the one that matched the Run earlier is no longer near it
         entry.add(rows)

@@ -230,7 +230,7 @@ class _Importer:
                     decision = infer_scheduled_origin(cron, begin_seconds(plan.instance), self.scheduler_mode,
                                                       self.tz)
                     out.append(Planned(plan, "handed_to_shadow", open_shadow(build, plan, revision, decision),
-                                        plan.shadow_key, "running", snapshot))
+                                        plan.execution_key, "running", snapshot))
                 else:
                     change, reached = import_ended(build, plan, revision, ENDED[int(status or 0)])
                     out.append(Planned(plan, "imported", change, plan.import_key, reached.value, snapshot))

@@ -86,7 +86,7 @@ def speaking_rows(plans: list[Plan]) -> set[int]:
 
 @dataclass(frozen=True)
 class Plan:
-    """One instance with its times in ms (None when unknown or unusable) and both of its possible Run keys."""
+    """One instance with its times in ms (None when unknown or unusable) and the keys a Run of it may have."""
 
     instance: LegacyInstance
     started_ms: int | None
@@ -106,15 +106,15 @@ class Plan:
                              started_at_ms=self.started_ms, duration_ms=None, exit_code=None, received_at_ms=0)
 
     @property
-    def shadow_key(self) -> str:
-        """ShadowRecorder's key for this execution (CallbackFacts.execution_key, bridge.jobs.reconcile.run_key)."""
+    def execution_key(self) -> str:
+        """The execution key its callbacks give a Run (CallbackFacts.execution_key)."""
         return self.facts.execution_key
 
     @property
     def keys(self) -> tuple[str, ...]:
         """Every key a Run of this execution may already have: imported (also by the row-id key of earlier
         imports) or recorded by the shadow path."""
-        return self.import_key, import_key(self.instance.id), self.shadow_key
+        return self.import_key, import_key(self.instance.id), self.execution_key
 
     @classmethod
     def of(cls, instance: LegacyInstance) -> Plan:

@@ -19,7 +19,7 @@ class ImportSummary:
     total: int = 0  # instances after the cursor when the import began
     scanned: int = 0
     imported: int = 0
-    skipped: int = 0  # a Run for the instance already existed (import key or shadow key)
+    skipped: int = 0  # a Run for the instance already existed (import key or execution key)
     replayed: int = 0  # rows of an execution 2.x recorded more than once, other than the one that speaks for it
     handed_to_shadow: int = 0
     unsupported: int = 0  # an unknown status or no cron id: not imported

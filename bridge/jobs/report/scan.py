@@ -113,7 +113,7 @@ class Scan:
     def _flush(self, batch: list[tuple[LegacyInstance, int]]) -> None:
         if not batch:
             return
-        keys = {i.id: _run_key(i, ms) for i, ms in batch}
+        keys = {i.id: _execution_key(i, ms) for i, ms in batch}
         # History brought in by `bridge import-legacy` is keyed by the execution (or, by earlier imports, the row).
         imported = {i.id: (instance_import_key(i), import_key(i.id)) for i, _ in batch}
         wanted = [k for k in keys.values() if k is not None] + sorted({k for pair in imported.values() for k in pair})
@@ -147,8 +147,8 @@ def _started_ms(instance: LegacyInstance) -> int | None:
         return None
 
 
-def _run_key(instance: LegacyInstance, started_ms: int) -> str | None:
-    """The shadow Run's idempotency key for this instance (bridge/service/shadow.py CallbackFacts)."""
+def _execution_key(instance: LegacyInstance, started_ms: int) -> str | None:
+    """The execution key of this instance: the one its callbacks gave the Run (CallbackFacts.execution_key)."""
     if instance.cron_id is None:
         return None
     return execution_key(instance.cron_id, instance.pid, log_path_digest(instance.log_path), started_ms)
