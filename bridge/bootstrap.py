@@ -345,7 +345,7 @@ def build_projector(engine: Engine, legacy_database_path: Any, metrics: Any, clo
     """One Projector over the bridge store and 2.x's database.sqlite, driven by its caller (no thread)."""
     from bridge.storage.outbox import SqlOutbox
     from legacy_adapters.status_writer import LegacyStatusWriter
-    from projections.relay import Projector
+    from projections.projector import Projector
 
     return Projector(SqlOutbox(engine), LegacyStatusWriter(legacy_database_path), metrics, clock or SystemClock(),
                      **options)

@@ -25,7 +25,7 @@ from bridge.domain.errors import BridgeError
 from bridge.service.clock import SystemClock
 from legacy_adapters.database_state import TRANSIENT_STATES, DatabaseState
 from legacy_adapters.status_writer import LegacyStatusWriter
-from projections.relay import ProjectionHaltedError, ProjectionMetrics, Projector
+from projections.projector import ProjectionHaltedError, ProjectionMetrics, Projector
 
 if TYPE_CHECKING:
     from bridge.storage.outbox import SqlOutbox

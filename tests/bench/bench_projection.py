@@ -82,7 +82,7 @@ from bridge.storage.schema import projection_outbox_table
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from legacy_adapters.status_writer import LegacyStatusWriter
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
-from projections.relay import Projector
+from projections.projector import Projector
 
 console = Console(width=150)
 CONTEXT = ExecutionContext(origin="manual", evidence="bench", task_revision="bench", mode="primary")

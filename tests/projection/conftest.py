@@ -21,7 +21,7 @@ from bridge.storage.outbox import SqlOutbox
 from bridge.storage.schema import projection_outbox_table
 from legacy_adapters.status_writer import LegacyStatusWriter
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
-from projections.relay import Projector
+from projections.projector import Projector
 from tests.conftest import Backend
 
 T0_MS = 1_796_216_497_123  # 2026-12-02 13:01:37.123 UTC

@@ -13,7 +13,7 @@ import pytest
 
 from legacy_adapters.schema import CRONTABS_DDL, CrontabStatus, InstanceStatus, format_updated_at
 from legacy_adapters.status_writer import LegacyBusyError, LegacyStatusWriter
-from projections.relay import ProjectionHaltedError
+from projections.projector import ProjectionHaltedError
 from tests.projection.conftest import ON_DISK_STAMP, T0_MS, World
 
 

@@ -13,7 +13,7 @@ from bridge.jobs.project import ProjectorThread
 from bridge.service.clock import SystemClock
 from legacy_adapters.schema import CrontabStatus
 from legacy_adapters.status_writer import LegacyStatusWriter
-from projections.relay import ProjectionHaltedError
+from projections.projector import ProjectionHaltedError
 from tests.projection.conftest import World, wait_for
 
 

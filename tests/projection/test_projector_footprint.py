@@ -105,7 +105,7 @@ def test_rows_that_change_nothing_land_while_2x_holds_its_write_lock(world: Worl
 
 
 def test_a_read_only_2x_database_halts_the_projector_even_when_nothing_would_change(world: World) -> None:
-    from projections.relay import ProjectionHaltedError
+    from projections.projector import ProjectionHaltedError
     from tests.projection.test_projector_database_states import ReadOnlyMount
 
     cron = world.cron()
