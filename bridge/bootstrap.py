@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from bridge.service.shadow import ShadowRecorder
     from bridge.storage.outbox import SqlOutbox
     from legacy_adapters.auth import LegacyTokenAuthority
+    from legacy_adapters.process_identity import ProcProbe
     from legacy_adapters.reader import LegacyReader
     from projections.relay import ProjectionMetrics, Projector
 
@@ -223,19 +224,21 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     return container
 
 
-def recover_unfinished_runs(settings: Settings, store: Store) -> Counter[str]:
+def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
+                            probe: ProcProbe | None = None) -> Counter[str]:
     """Startup recovery (bridge.jobs.recovery): the Runs a previous process left open, judged against 2.x's
     rows. Raises LegacyDatabaseError when the configured file is positively not 2.x's database."""
-    return _recover(store, build_legacy_reader(settings), None)
+    return _recover(store, reader or build_legacy_reader(settings), None, probe)
 
 
-def _recover(store: Store, reader: LegacyReader, metrics: BridgeMetrics | None) -> Counter[str]:
+def _recover(store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
+             probe: ProcProbe | None = None) -> Counter[str]:
     from bridge.jobs.recovery import recover_on_startup
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
     return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, SqlPendingEnds(store.engine),
-                              metrics=metrics)
+                              probe, metrics=metrics)
 
 
 def _recovering_first(reconciler: Reconciler, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
@@ -251,16 +254,23 @@ def _recovering_first(reconciler: Reconciler, store: Store, metrics: BridgeMetri
     return job
 
 
-def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService,
+def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService | None,
                      modes: ModeSource | None = None, *, reader: LegacyReader | None = None) -> Reconciler:
+    """The reconcile pass. Without ``flags`` (a test's fixed modes), ``modes`` alone decides and every origin
+    counts as enabled from the start."""
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
+    if modes is None:
+        if flags is None:
+            raise ValueError("the reconciler needs its modes or the flags they come from")
+        modes = CachedModes(flags)
     return Reconciler(
         SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
-        modes or CachedModes(flags), metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine),
-        scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings), enabled_since=flags.enabled_since,
+        modes, metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine),
+        scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s))
 
@@ -296,13 +306,15 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
     return ZoneInfo(settings.legacy_tz or local_zone_name())
 
 
-def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecorder,
-                         reader: LegacyReader) -> StopDecisions:
-    """The stop decisions: ends with a signal exit kept in the store until 2.x's evidence of a stop decides."""
+def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecorder, reader: LegacyReader, *,
+                         keep_ends: bool = True) -> StopDecisions:
+    """The stop decisions: ends with a signal exit kept in the store until 2.x's evidence of a stop decides.
+    ``keep_ends=False`` keeps none: each end closes its Run at once, and relayed stops still apply."""
     from bridge.jobs.stop_decisions import StopDecisions
     from bridge.storage.pending_ends import SqlPendingEnds
 
-    pending = SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes)
+    pending = (SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes)
+               if keep_ends else None)
     return StopDecisions(recorder, reader, pending, SystemClock(), window_ms=settings.stop_decision_window_s * 1000)
 
 
