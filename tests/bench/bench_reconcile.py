@@ -596,11 +596,10 @@ class Breakdown:
 def child_main(spec: dict[str, Any]) -> None:
     import bridge.jobs.reconcile as reconciler_module
     from bridge.jobs.reconcile import ReconcileSettings
-    from bridge.storage.unit_of_work import SqlUnitOfWork
     from tests.support import wiring
 
     engine = make_engine(spec["url"], pg_search_path=spec.get("schema"))
-    bridge = wiring.store_on(engine, SqlUnitOfWork(engine))
+    bridge = wiring.store_on(engine)
     reader = LegacyReader(spec["legacy_db"])
     reconciler = wiring.reconciler(wiring.legacy_settings(spec["legacy_root"]), bridge, StaticModes(ALL_ORIGINS),
                                    reader=reader)

@@ -44,9 +44,10 @@ def legacy_settings(legacy_root: str | PathLike[str], **env: str) -> Settings:
     return Settings.from_env({"BRIDGE_LEGACY_DATA_DIR": str(legacy_root), **TEST_WORLD, **env})
 
 
-def store_on(engine: Engine, uow: object, *, metrics: ServiceMetrics | None = None) -> Store:
-    """bootstrap's Store over a test's engine and unit of work (a Backend's), its RunService on the system clock
-    counting into ``metrics`` (none by default)."""
+def store_on(engine: Engine, uow: object | None = None, *, metrics: ServiceMetrics | None = None) -> Store:
+    """bootstrap's Store over a test's engine and unit of work (a Backend's; a plain one by default), its
+    RunService on the system clock counting into ``metrics`` (none by default)."""
+    uow = SqlUnitOfWork(engine) if uow is None else uow
     assert isinstance(uow, SqlUnitOfWork)
     return Store(engine=engine, uow=uow, runs=RunService(uow, clock=SystemClock(), metrics=metrics))
 
