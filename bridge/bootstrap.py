@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from bridge.metrics_store import StoreGauges
     from bridge.service.ports import StepRunReader
     from bridge.service.queries import RunQueries
+    from bridge.service.reconcile import ReconcileStore
     from bridge.service.reports import ReportSources
     from bridge.service.seam import OriginCoverage
     from bridge.service.shadow import ShadowRecorder
@@ -255,9 +256,10 @@ def _recovering_first(reconciler: Reconciler, store: Store, metrics: BridgeMetri
 
 
 def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService | None,
-                     modes: ModeSource | None = None, *, reader: LegacyReader | None = None) -> Reconciler:
-    """The reconcile pass. Without ``flags`` (a test's fixed modes), ``modes`` alone decides and every origin
-    counts as enabled from the start."""
+                     modes: ModeSource | None = None, *, reader: LegacyReader | None = None,
+                     reconcile_store: ReconcileStore | None = None) -> Reconciler:
+    """The reconcile pass, over ``reconcile_store`` when given (else one on the store's engine). Without
+    ``flags`` (a test's fixed modes), ``modes`` alone decides and every origin counts as enabled from the start."""
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
@@ -267,7 +269,7 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
             raise ValueError("the reconciler needs its modes or the flags they come from")
         modes = CachedModes(flags)
     return Reconciler(
-        SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
+        reconcile_store or SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
         modes, metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine),
         scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
@@ -321,9 +323,10 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecor
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
                       on_primary_commit: Callable[[], None] = lambda: None, *, reader: LegacyReader | None = None,
                       recorder: ShadowRecorder | None = None, stops: StopDecisions | None = None,
-                      auth: LegacyTokenAuthority | None = None) -> ShadowInterceptor:
+                      auth: LegacyTokenAuthority | None = None, answers_primary: bool = True) -> ShadowInterceptor:
     """The callback path's interceptor: it records through ``recorder``, feeds ``stops`` (which must record
-    through the same recorder) and checks tokens with ``auth``; each is built here when not given."""
+    through the same recorder) and checks tokens with ``auth``; each is built here when not given.
+    ``answers_primary=False`` leaves out 2.x's tokens, so it never answers a callback itself: all go to 2.x."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.auth import LegacyTokenAuthority
@@ -334,7 +337,8 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
     return ShadowInterceptor(
         recorder, reader, modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
-        auth=auth or LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit,
+        auth=(auth or LegacyTokenAuthority(settings.legacy_keyv_path)) if answers_primary else None,
+        on_primary_commit=on_primary_commit,
         read_ahead=store_capabilities(store.engine).reads_are_round_trips,
         stops=stops or build_stop_decisions(settings, store, recorder, reader))
 

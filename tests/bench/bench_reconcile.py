@@ -596,15 +596,15 @@ class Breakdown:
 def child_main(spec: dict[str, Any]) -> None:
     import bridge.jobs.reconcile as reconciler_module
     from bridge.jobs.reconcile import ReconcileSettings
+    from bridge.storage.reconcile_queries import SqlReconcileStore
     from tests.support import wiring
 
     engine = make_engine(spec["url"], pg_search_path=spec.get("schema"))
     bridge = wiring.store_on(engine)
-    reader = LegacyReader(spec["legacy_db"])
+    store, runs, reader = SqlReconcileStore(engine), bridge.runs, LegacyReader(spec["legacy_db"])
     reconciler = wiring.reconciler(wiring.legacy_settings(spec["legacy_root"]), bridge, StaticModes(ALL_ORIGINS),
-                                   reader=reader)
+                                   reader=reader, reconcile_store=store)
     reconciler._settings = ReconcileSettings(**SETTINGS)  # noqa: SLF001 - the bench's own, batch size included
-    store, runs = reconciler._store, bridge.runs  # noqa: SLF001 - the reconcile store it built, timed below
     times = Breakdown()
     if spec.get("breakdown", True):
         for name in ("runs_by_keys", "mark_seen", "unseen_runs", "duplicate_groups", "crons_with_runs",

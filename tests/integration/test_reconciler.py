@@ -57,10 +57,13 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
     bridge = wiring.store_on(sql_backend.engine, sql_backend.uow)  # type: ignore[arg-type]
     modes = StaticModes(frozenset(ALL_ORIGINS.split(",")))
     reader = LegacyReader(data.database_path)
-    interceptor = wiring.interceptor(settings, bridge, modes, reader=reader, keep_ends=False)
-    reconciler = wiring.reconciler(settings, bridge, modes, reader=reader)
+    # No primary answers in this world: shadow only, and a start time no clock reaches (test_reconciler_poison)
+    # reaches the shadow write instead of the primary check's origin inference, which raises on it.
+    interceptor = wiring.interceptor(settings, bridge, modes, reader=reader, keep_ends=False, answers_primary=False)
+    store = SqlReconcileStore(sql_backend.engine)
+    reconciler = wiring.reconciler(settings, bridge, modes, reader=reader, reconcile_store=store)
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield World(data=data, runs=bridge.runs, store=SqlReconcileStore(sql_backend.engine),
+        yield World(data=data, runs=bridge.runs, store=store,
                     interceptor=interceptor, http=http, settings=settings, bridge=bridge, double=double,
                     reconciler=reconciler)
     interceptor.close()

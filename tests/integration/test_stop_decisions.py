@@ -70,7 +70,8 @@ class World:
         return wiring.stop_decisions(self.settings, self.bridge, reader=self.reader)
 
     def reconcile(self) -> dict[str, int]:
-        reconciler = wiring.reconciler(self.settings, self.bridge, StaticModes(frozenset()), reader=self.reader)
+        reconciler = wiring.reconciler(self.settings, self.bridge, StaticModes(frozenset()), reader=self.reader,
+                                       reconcile_store=self.store)
         result = reconciler.run_once()
         assert result.result == "ok", result.reason
         return result.stats

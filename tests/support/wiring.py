@@ -29,6 +29,7 @@ from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.ports import ModeSource, ServiceMetrics
+from bridge.service.reconcile import ReconcileStore
 from bridge.service.run_service import RunService
 from bridge.service.shadow import ShadowRecorder
 from bridge.storage.unit_of_work import SqlUnitOfWork
@@ -60,22 +61,25 @@ def stop_decisions(settings: Settings, store: Store, *, reader: LegacyReader | N
 
 
 def interceptor(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
-                reader: LegacyReader | None = None, keep_ends: bool = True,
+                reader: LegacyReader | None = None, keep_ends: bool = True, answers_primary: bool = True,
                 on_primary_commit: Callable[[], None] = lambda: None) -> ShadowInterceptor:
     """bootstrap.build_interceptor, with the stop decisions it feeds (``keep_ends`` as in ``stop_decisions``)
-    recording through the same recorder; the caller closes it."""
+    recording through the same recorder; ``answers_primary=False``: no primary answers, every callback goes to
+    2.x. The caller closes it."""
     reader = reader or build_legacy_reader(settings)
     recorder = ShadowRecorder(store.runs)
     stops = stop_decisions(settings, store, reader=reader, recorder=recorder, keep_ends=keep_ends)
     return build_interceptor(settings, store, metrics or BridgeMetrics(), modes, on_primary_commit, reader=reader,
-                             recorder=recorder, stops=stops)
+                             recorder=recorder, stops=stops, answers_primary=answers_primary)
 
 
 def reconciler(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
-               reader: LegacyReader | None = None) -> Reconciler:
+               reader: LegacyReader | None = None, reconcile_store: ReconcileStore | None = None) -> Reconciler:
     """bootstrap.build_reconciler without flags: ``modes`` decides, and every origin counts as enabled from the
-    start. Grace, tolerance and lookback come from ``settings`` (BRIDGE_RECONCILE_*)."""
-    return build_reconciler(settings, store, metrics or BridgeMetrics(), None, modes, reader=reader)
+    start. Grace, tolerance and lookback come from ``settings`` (BRIDGE_RECONCILE_*). Pass the test's own
+    ``reconcile_store`` where the test patches or reads that very object."""
+    return build_reconciler(settings, store, metrics or BridgeMetrics(), None, modes, reader=reader,
+                            reconcile_store=reconcile_store)
 
 
 def recover(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
