@@ -24,8 +24,29 @@ from bridge.storage.migrate import refuse_legacy_database
 from bridge.storage.runs import SqlRunStore
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up time
+    from collections import Counter
+    from os import PathLike
+    from pathlib import Path
+
+    from bridge.callbacks.interception import ShadowInterceptor
+    from bridge.jobs.housekeeping import Prune
+    from bridge.jobs.import_legacy.summary import ImportSummary
+    from bridge.jobs.reconcile import Reconciler
+    from bridge.jobs.stop_decisions import StopDecisions
+    from bridge.metrics_store import StoreGauges
+    from bridge.service.ports import StepRunReader
+    from bridge.service.queries import RunQueries
+    from bridge.service.reconcile import ReconcileStore
+    from bridge.service.reports import ReportSources
+    from bridge.service.seam import OriginCoverage
+    from bridge.service.shadow import ShadowRecorder
+    from bridge.storage.outbox import SqlOutbox
+    from legacy_adapters.auth import LegacyTokenAuthority
     from legacy_adapters.http_forward import CallbackForward
+    from legacy_adapters.process_identity import ProcProbe
+    from legacy_adapters.reader import LegacyReader
+    from projections.projector import ProjectionMetrics, Projector
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
 
@@ -34,11 +55,11 @@ KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open
 class StoreReaders:
     """What the web layer reads from the store: the v3 views, the last reconcile pass, recent coverage."""
 
-    runs: Any  # bridge.service.queries.RunQueries
-    outbox: Any  # bridge.storage.outbox.SqlOutbox, for its counts (bridge.jobs.project.projection_status)
-    step_runs: Any  # bridge.service.ports.StepRunReader (it cannot write)
+    runs: RunQueries
+    outbox: SqlOutbox  # for its counts (bridge.jobs.project.projection_status)
+    step_runs: StepRunReader  # it cannot write
     last_pass: Callable[[], dict[str, Any] | None]
-    coverage: Callable[[int], list[Any]]  # OriginCoverage per origin since an instant (ms)
+    coverage: Callable[[int], list[OriginCoverage]]  # per origin since an instant (ms)
 
 
 def build_readers(engine: Engine) -> StoreReaders:
@@ -126,12 +147,12 @@ class Container:
     store: Store | None = None
     flags: FlagService | None = None
     modes: CachedModes | None = None  # the flags in force for the callback path and the reconciler
-    interceptor: Any = None  # bridge.web.callback_route.CallbackInterceptor, or None for a pure pass-through
+    interceptor: ShadowInterceptor | None = None  # the callback path, or None for a pure pass-through
     callback_forward: CallbackForward | None = None  # the callbacks' forward to 2.x; None: through ``http``
-    closers: list[Any] = field(default_factory=list)
+    closers: list[Callable[[], object]] = field(default_factory=list)
 
     @cached_property
-    def token_authority(self) -> Any:
+    def token_authority(self) -> LegacyTokenAuthority | None:
         """2.x's App tokens as 2.x checks them (legacy_adapters.auth), or None without a 2.x data dir."""
         from legacy_adapters.auth import LegacyTokenAuthority
 
@@ -152,7 +173,7 @@ def build_flags(store: Store) -> FlagService:
     return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms, primary_available=True)
 
 
-def build_store_gauges(settings: Settings, store: Store) -> Any:
+def build_store_gauges(settings: Settings, store: Store) -> StoreGauges:
     """The gauges read from the store at scrape time; reconcile and coverage only with a 2.x to compare with."""
     from bridge.metrics_store import StoreGauges
 
@@ -219,22 +240,24 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     return container
 
 
-def recover_unfinished_runs(settings: Settings, store: Store) -> Any:
+def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
+                            probe: ProcProbe | None = None) -> Counter[str]:
     """Startup recovery (bridge.jobs.recovery): the Runs a previous process left open, judged against 2.x's
     rows. Raises LegacyDatabaseError when the configured file is positively not 2.x's database."""
-    return _recover(store, build_legacy_reader(settings), None)
+    return _recover(store, reader or build_legacy_reader(settings), None, probe)
 
 
-def _recover(store: Store, reader: Any, metrics: BridgeMetrics | None) -> Any:
+def _recover(store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
+             probe: ProcProbe | None = None) -> Counter[str]:
     from bridge.jobs.recovery import recover_on_startup
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
     return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, SqlPendingEnds(store.engine),
-                              metrics=metrics)
+                              probe, metrics=metrics)
 
 
-def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
+def _recovering_first(reconciler: Reconciler, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
     """The reconcile job, preceded by startup recovery until a recovery defers nothing any more."""
     pending = [True]
 
@@ -247,21 +270,29 @@ def _recovering_first(reconciler: Any, store: Store, metrics: BridgeMetrics) -> 
     return job
 
 
-def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService,
-                     modes: ModeSource | None = None, *, reader: Any = None) -> Any:
+def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService | None,
+                     modes: ModeSource | None = None, *, reader: LegacyReader | None = None,
+                     reconcile_store: ReconcileStore | None = None) -> Reconciler:
+    """The reconcile pass, over ``reconcile_store`` when given (else one on the store's engine). Without
+    ``flags`` (a test's fixed modes), ``modes`` alone decides and every origin counts as enabled from the start."""
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
+    if modes is None:
+        if flags is None:
+            raise ValueError("the reconciler needs its modes or the flags they come from")
+        modes = CachedModes(flags)
     return Reconciler(
-        SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
-        modes or CachedModes(flags), metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine),
-        scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings), enabled_since=flags.enabled_since,
+        reconcile_store or SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
+        modes, metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine),
+        scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s))
 
 
-def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> Any:
+def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> LegacyReader:
     """A reader of 2.x's database. Raises LegacyDatabaseError only when the file is positively something else;
     in any other state (locked, hot journal, missing, damaged) it is built, and reads again later."""
     import logging
@@ -293,20 +324,25 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
     return ZoneInfo(settings.legacy_tz or local_zone_name())
 
 
-def build_stop_decisions(settings: Settings, store: Store, recorder: Any, reader: Any) -> Any:
-    """The stop decisions: ends with a signal exit kept in the store until 2.x's evidence of a stop decides."""
+def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecorder, reader: LegacyReader, *,
+                         keep_ends: bool = True) -> StopDecisions:
+    """The stop decisions: ends with a signal exit kept in the store until 2.x's evidence of a stop decides.
+    ``keep_ends=False`` keeps none: each end closes its Run at once, and relayed stops still apply."""
     from bridge.jobs.stop_decisions import StopDecisions
     from bridge.storage.pending_ends import SqlPendingEnds
 
-    pending = SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes)
+    pending = (SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes)
+               if keep_ends else None)
     return StopDecisions(recorder, reader, pending, SystemClock(), window_ms=settings.stop_decision_window_s * 1000)
 
 
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
-                      on_primary_commit: Callable[[], None] = lambda: None, *, reader: Any = None,
-                      recorder: Any = None, stops: Any = None, auth: Any = None) -> Any:
+                      on_primary_commit: Callable[[], None] = lambda: None, *, reader: LegacyReader | None = None,
+                      recorder: ShadowRecorder | None = None, stops: StopDecisions | None = None,
+                      auth: LegacyTokenAuthority | None = None, answers_primary: bool = True) -> ShadowInterceptor:
     """The callback path's interceptor: it records through ``recorder``, feeds ``stops`` (which must record
-    through the same recorder) and checks tokens with ``auth``; each is built here when not given."""
+    through the same recorder) and checks tokens with ``auth``; each is built here when not given.
+    ``answers_primary=False`` leaves out 2.x's tokens, so it never answers a callback itself: all go to 2.x."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.auth import LegacyTokenAuthority
@@ -317,12 +353,13 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
     return ShadowInterceptor(
         recorder, reader, modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
-        auth=auth or LegacyTokenAuthority(settings.legacy_keyv_path), on_primary_commit=on_primary_commit,
+        auth=(auth or LegacyTokenAuthority(settings.legacy_keyv_path)) if answers_primary else None,
+        on_primary_commit=on_primary_commit,
         read_ahead=store_capabilities(store.engine).reads_are_round_trips,
         stops=stops or build_stop_decisions(settings, store, recorder, reader))
 
 
-def run_legacy_import(settings: Settings, **options: Any) -> Any:
+def run_legacy_import(settings: Settings, **options: Any) -> ImportSummary:
     """`bridge import-legacy`: the import job, given the store it writes to (opened after 2.x's copy is checked)."""
     from bridge.jobs.import_legacy import run_import
 
@@ -340,8 +377,8 @@ def requeue_parked_projections(settings: Settings) -> int:
         store.close()
 
 
-def build_projector(engine: Engine, legacy_database_path: Any, metrics: Any, clock: Clock | None = None,
-                    **options: Any) -> Any:
+def build_projector(engine: Engine, legacy_database_path: str | PathLike[str], metrics: ProjectionMetrics,
+                    clock: Clock | None = None, **options: Any) -> Projector:
     """One Projector over the bridge store and 2.x's database.sqlite, driven by its caller (no thread)."""
     from bridge.storage.outbox import SqlOutbox
     from legacy_adapters.status_writer import LegacyStatusWriter
@@ -351,7 +388,7 @@ def build_projector(engine: Engine, legacy_database_path: Any, metrics: Any, clo
                      **options)
 
 
-def bookkeeping_prunes(engine: Engine) -> dict[str, Any]:
+def bookkeeping_prunes(engine: Engine) -> dict[str, Prune]:
     """What housekeeping deletes with (bridge.jobs.housekeeping.TABLES): applied outbox rows, old passes."""
     from bridge.storage.outbox import SqlOutbox
     from bridge.storage.reconcile_queries import SqlReconcileStore
@@ -360,7 +397,7 @@ def bookkeeping_prunes(engine: Engine) -> dict[str, Any]:
             "reconcile_passes": SqlReconcileStore(engine).prune_passes}
 
 
-def write_cutover_report(settings: Settings, **options: Any) -> tuple[Any, Any]:
+def write_cutover_report(settings: Settings, **options: Any) -> tuple[Path, Path]:
     """`bridge report`: the report job, given the store's side once its arguments are checked."""
     from bridge.jobs.report import run_report
 
@@ -368,7 +405,7 @@ def write_cutover_report(settings: Settings, **options: Any) -> tuple[Any, Any]:
 
 
 @contextmanager
-def _report_store(settings: Settings) -> Iterator[Any]:
+def _report_store(settings: Settings) -> Iterator[ReportSources]:
     engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
     try:
         yield report_sources(engine)
@@ -376,7 +413,7 @@ def _report_store(settings: Settings) -> Iterator[Any]:
         engine.dispose()
 
 
-def report_sources(engine: Engine) -> Any:
+def report_sources(engine: Engine) -> ReportSources:
     """What a cutover report reads and where it is kept (bridge.service.reports.ReportSources)."""
     from bridge.jobs.project import projection_status
     from bridge.service.reports import ReportSources

@@ -112,17 +112,17 @@ def token_authority() -> LegacyTokenAuthority:
     if authority is None:
         raise LegacyDatabaseError("BRIDGE_LEGACY_DATA_DIR", "is not set, so there are no 2.x App tokens "
                                   "to authorise /v3 with")
-    return authority  # type: ignore[no-any-return]
+    return authority
 
 
 def run_queries() -> RunQueries:
     """The store's run views. Raises StoreUnavailableError when the bridge runs without a store."""
-    return _readers("runs").runs  # type: ignore[no-any-return]
+    return _readers("runs").runs
 
 
 def step_run_reader() -> StepRunReader:
     """The store's StepRun reader (it cannot write). Raises StoreUnavailableError without a store."""
-    return _readers("step runs").step_runs  # type: ignore[no-any-return]
+    return _readers("step runs").step_runs
 
 
 def _readers(what: str) -> StoreReaders:

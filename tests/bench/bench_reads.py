@@ -47,7 +47,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, text
 
-from bridge.bootstrap import Container, Store
+from bridge.bootstrap import Container
 from bridge.cli import main as cli_main
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
@@ -60,6 +60,7 @@ from bridge.storage.unit_of_work import SqlUnitOfWork
 from bridge.web.app import create_app
 from legacy_adapters.testing.datadir import create_legacy_data_dir
 from tests.bench.stores import fresh_store
+from tests.support import wiring
 
 T0 = 1_796_216_400_000
 CRONS = 100
@@ -188,8 +189,7 @@ def sized_store(backend: str, size: int, rare: int, root: Path, pg_url: str) -> 
         def never(request: httpx.Request) -> httpx.Response:
             raise AssertionError(f"a /v3 request reached 2.x: {request.url}")
 
-        uow = SqlUnitOfWork(engine)
-        store = Store(engine=engine, uow=uow, runs=RunService(uow, clock=SystemClock()))
+        store = wiring.store_on(engine)
         container = Container(settings=settings, metrics=BridgeMetrics(),
                               http=httpx.Client(transport=httpx.MockTransport(never)), store=store)
         app = create_app(container)

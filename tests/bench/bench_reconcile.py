@@ -595,17 +595,16 @@ class Breakdown:
 
 def child_main(spec: dict[str, Any]) -> None:
     import bridge.jobs.reconcile as reconciler_module
-    from bridge.jobs.reconcile import Reconciler, ReconcileSettings
-    from bridge.metrics import BridgeMetrics
-    from bridge.service.clock import SystemClock
-    from bridge.service.run_service import RunService
+    from bridge.jobs.reconcile import ReconcileSettings
     from bridge.storage.reconcile_queries import SqlReconcileStore
-    from bridge.storage.unit_of_work import SqlUnitOfWork
+    from tests.support import wiring
 
     engine = make_engine(spec["url"], pg_search_path=spec.get("schema"))
-    store = SqlReconcileStore(engine)
-    runs = RunService(SqlUnitOfWork(engine), clock=SystemClock())
-    reader = LegacyReader(spec["legacy_db"])
+    bridge = wiring.store_on(engine)
+    store, runs, reader = SqlReconcileStore(engine), bridge.runs, LegacyReader(spec["legacy_db"])
+    reconciler = wiring.reconciler(wiring.legacy_settings(spec["legacy_root"]), bridge, StaticModes(ALL_ORIGINS),
+                                   reader=reader, reconcile_store=store)
+    reconciler._settings = ReconcileSettings(**SETTINGS)  # noqa: SLF001 - the bench's own, batch size included
     times = Breakdown()
     if spec.get("breakdown", True):
         for name in ("runs_by_keys", "mark_seen", "unseen_runs", "duplicate_groups", "crons_with_runs",
@@ -614,13 +613,9 @@ def child_main(spec: dict[str, Any]) -> None:
         reader._fetch = times.wrap("2.x reads (LegacyReader._fetch)", reader._fetch)  # type: ignore[method-assign]
         runs.transaction = times.wrap("mismatch/cancel writes (RunService.transaction)", runs.transaction)  # type: ignore[method-assign]
         runs.change = times.wrap("mismatch events (RunService.change)", runs.change)  # type: ignore[method-assign]
-        for name in ("run_key", "compare_ended", "compare_running", "compare_cron", "infer_scheduled_origin"):
+        for name in ("instance_execution_key", "compare_ended", "compare_running", "compare_cron",
+                     "infer_scheduled_origin"):
             setattr(reconciler_module, name, times.wrap(f"{name} (rules)", getattr(reconciler_module, name)))
-    from bridge.storage.pending_ends import SqlPendingEnds
-
-    reconciler = Reconciler(store, runs, reader, StaticModes(ALL_ORIGINS), BridgeMetrics(), SystemClock(),
-                            kept_ends=SqlPendingEnds(engine), scheduler_mode="system", tz=UTC,
-                            settings=ReconcileSettings(**SETTINGS))
     failure: list[str] = []
     inner_pass = reconciler._pass
 
@@ -709,7 +704,8 @@ def measure(backend: str, n: int, crons: int, pg_url: str, seed: int, profile: b
                 with closing(sqlite3.connect(tmp / "bridge.sqlite", isolation_level=None)) as raw:
                     raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             shadow_s = time.perf_counter() - shadow0
-            spec = {"url": url, "schema": schema, "legacy_db": str(data.database_path), "profile": profile}
+            spec = {"url": url, "schema": schema, "legacy_db": str(data.database_path),
+                    "legacy_root": str(data.root), "profile": profile}
             result = run_child("tests.bench.bench_reconcile", spec, timeout_s=3600)
         result.update(size=n, instances_planned=len(plan.instances), runs_planned=sum(
             1 for x in plan.executions if x.shadow is not None), events=events, legacy_s=legacy_s, shadow_s=shadow_s,

@@ -7,7 +7,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,12 @@ class ImportEnv:
 def _settings(url: str, schema: str | None, data_dir: Path, legacy: LegacyDataDir | None) -> Settings:
     return Settings(database_url=url, data_dir=data_dir, database_schema=schema,
                     legacy_data_dir=legacy.root if legacy else None, legacy_tz="UTC", legacy_scheduler="node")
+
+
+def judging_all_history(settings: Settings) -> Settings:
+    """The import's settings for a reconcile pass that judges every imported row at once: no grace, and a
+    lookback of a year, the longest allowed."""
+    return replace(settings, reconcile_grace_s=0, reconcile_lookback_s=366 * 86_400)
 
 
 @pytest.fixture

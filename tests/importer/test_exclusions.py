@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from zoneinfo import ZoneInfo
-
 import pytest
 
 from bridge.bootstrap import report_sources, run_legacy_import
 from bridge.domain.commands import RetryRun
 from bridge.domain.errors import RetryNotAllowedError
-from bridge.jobs.reconcile import Reconciler, ReconcileSettings
 from bridge.jobs.report.build import build_report
-from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
-from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from legacy_adapters.reader import LegacyReader
 from tests.contract.lifecycle import ACTOR
-from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
+from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances, judging_all_history
+from tests.support import wiring
 from tests.support.run_commands import retry_run
 
 ALL = frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"})
@@ -34,11 +30,8 @@ def imported(env: ImportEnv) -> None:
 
 def test_the_reconciler_leaves_imported_history_alone(env: ImportEnv) -> None:
     imported(env)
-    reconciler = Reconciler(
-        SqlReconcileStore(env.engine), RunService(env.backend.uow, clock=SystemClock()),  # type: ignore[arg-type]
-        LegacyReader(env.data.database_path), StaticModes(ALL), BridgeMetrics(), SystemClock(),
-        kept_ends=SqlPendingEnds(env.engine), scheduler_mode="node", tz=ZoneInfo("UTC"),
-        settings=ReconcileSettings(grace_s=0, lookback_s=366 * 86_400))
+    reconciler = wiring.reconciler(judging_all_history(env.settings),
+                                   wiring.store_on(env.engine, env.backend.uow), StaticModes(ALL))
     result = reconciler.run_once()
     assert result.result == "ok" and result.stats["findings"] == 0
     assert SqlReconcileStore(env.engine).open_mismatches() == []

@@ -437,23 +437,17 @@ def test_rows_of_one_execution_in_two_batches_still_make_one_run(env: ImportEnv)
 
 
 def test_the_reconciler_and_the_report_leave_every_row_of_an_imported_execution_alone(env: ImportEnv) -> None:
-    from zoneinfo import ZoneInfo
-
     from bridge.bootstrap import report_sources
     from bridge.demo import ALL_ORIGINS
-    from bridge.jobs.reconcile import Reconciler, ReconcileSettings
     from bridge.jobs.report.build import build_report
-    from bridge.metrics import BridgeMetrics
     from bridge.service.ports import StaticModes
-    from bridge.storage.pending_ends import SqlPendingEnds
+    from tests.importer.conftest import judging_all_history
+    from tests.support import wiring
 
     replayed_history(env)
     do_import(env, batch_size=2)
-    reconciler = Reconciler(
-        SqlReconcileStore(env.engine), RunService(env.backend.uow, clock=SystemClock()),  # type: ignore[arg-type]
-        LegacyReader(env.data.database_path), StaticModes(frozenset(ALL_ORIGINS.split(","))), BridgeMetrics(),
-        SystemClock(), kept_ends=SqlPendingEnds(env.engine), scheduler_mode="node", tz=ZoneInfo("UTC"),
-        settings=ReconcileSettings(grace_s=0, lookback_s=366 * 86_400))
+    reconciler = wiring.reconciler(judging_all_history(env.settings), wiring.store_on(env.engine, env.backend.uow),
+                                   StaticModes(frozenset(ALL_ORIGINS.split(","))))
     assert reconciler.run_once().stats["findings"] == 0
     report = build_report(env.settings, report_sources(env.engine), LegacyReader(env.data.database_path),
                           since_ms=(BEGIN_S - 60) * 1000, until_ms=(BEGIN_S + 3600) * 1000)

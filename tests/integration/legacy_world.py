@@ -11,25 +11,24 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 
+from bridge.bootstrap import Store
 from bridge.callbacks.interception import ShadowInterceptor
+from bridge.config import Settings
 from bridge.demo import ALL_ORIGINS
-from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
-from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
-from bridge.service.shadow import ShadowRecorder
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from legacy_adapters.callbacks import log_path_digest, render_status_body
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
+from tests.support import wiring
 
 NOW = int(time.time())
 BEGIN = NOW - 3600 - NOW % 3600 + 1  # matches "0 * * * *"
@@ -48,6 +47,8 @@ class Bridged:
     store: SqlReconcileStore
     interceptor: ShadowInterceptor
     http: httpx.Client
+    settings: Settings  # the bridge's, in front of ``data``
+    bridge: Store  # the store as the composition root hands it out (``runs`` is its RunService)
 
     def via_bridge(self, body: bytes, path: str = "/open/crons/status") -> int:
         prepared = self.interceptor.before_forward(path, body)
@@ -91,16 +92,15 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
     data = create_legacy_data_dir(tmp_path / "ql")
     for i in range(30):
         data.add_cron(f"filler {i}", f"task filler{i}.sh", "0 * * * *")
-    runs = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+    settings = wiring.legacy_settings(data.root)
+    store = wiring.store_on(sql_backend.engine, sql_backend.uow)  # type: ignore[arg-type]
     metrics = BridgeMetrics()
-    recorder, reader = ShadowRecorder(runs), LegacyReader(data.database_path, keep_connections=2)
-    interceptor = ShadowInterceptor(recorder, reader,
-                                    StaticModes(frozenset(ALL_ORIGINS.split(","))), metrics, SystemClock(),
-                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
-                                    stops=StopDecisions(recorder, reader, None, SystemClock()))
+    interceptor = wiring.interceptor(settings, store, StaticModes(frozenset(ALL_ORIGINS.split(","))),
+                                     metrics=metrics, reader=LegacyReader(data.database_path, keep_connections=2),
+                                     keep_ends=False)
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield World(data=data, runs=runs, store=SqlReconcileStore(sql_backend.engine), interceptor=interceptor,
-                    http=http, metrics=metrics)
+        yield World(data=data, runs=store.runs, store=SqlReconcileStore(sql_backend.engine), interceptor=interceptor,
+                    http=http, settings=settings, bridge=store, metrics=metrics)
     interceptor.close()
 
 

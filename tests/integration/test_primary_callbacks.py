@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -18,18 +17,13 @@ from sqlalchemy import func, select, text
 from bridge.callbacks.answers import LocalAnswer
 from bridge.callbacks.interception import ShadowInterceptor
 from bridge.domain.model import Mode
-from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
-from bridge.service.clock import SystemClock
-from bridge.service.run_service import RunService
-from bridge.service.shadow import ShadowRecorder
 from bridge.storage.schema import projection_outbox_table, runs_table
-from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import render_status_body
-from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
+from tests.support import wiring
 
 NOW = int(time.time())
 BEGIN = NOW - 3600 - NOW % 3600 + 1  # matches "0 * * * *": scheduled_system
@@ -105,15 +99,12 @@ def locked_store(backend: Backend) -> Iterator[None]:
 @pytest.fixture
 def site(sql_backend: Backend, tmp_path: Path) -> Iterator[Site]:
     data = create_legacy_data_dir(tmp_path / "ql")
-    runs = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+    store = wiring.store_on(sql_backend.engine, sql_backend.uow)  # type: ignore[arg-type]
     modes = Modes({"scheduled_system": Mode.PRIMARY})
     commits: list[int] = []
-    recorder, reader = ShadowRecorder(runs), LegacyReader(data.database_path)
     metrics = BridgeMetrics()
-    interceptor = ShadowInterceptor(
-        recorder, reader, modes, metrics, SystemClock(), budget_ms=5000,
-        scheduler_mode="system", tz=ZoneInfo("UTC"), auth=LegacyTokenAuthority(data.keyv_path),
-        on_primary_commit=lambda: commits.append(1), stops=StopDecisions(recorder, reader, None, SystemClock()))
+    interceptor = wiring.interceptor(wiring.legacy_settings(data.root), store, modes, metrics=metrics,
+                                     keep_ends=False, on_primary_commit=lambda: commits.append(1))
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
         yield Site(data, double, modes, interceptor, sql_backend, http, commits, metrics)
     interceptor.close()

@@ -8,22 +8,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 from sqlalchemy import select, update
 
-from bridge.callbacks.interception import ShadowInterceptor
 from bridge.demo import ALL_ORIGINS
 from bridge.jobs.reconcile import Reconciler, ReconcileSettings
-from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
-from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
-from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
-from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import mismatches_table, run_attempts_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
@@ -33,6 +27,7 @@ from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
 from tests.integration.legacy_world import BEGIN, NOW, Bridged, end, live_shell, start
+from tests.support import wiring
 
 
 @dataclass
@@ -58,19 +53,18 @@ class World(Bridged):
 @pytest.fixture
 def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
     data = create_legacy_data_dir(tmp_path / "ql")
-    runs = RunService(sql_backend.uow, clock=SystemClock())  # type: ignore[arg-type]
+    settings = wiring.legacy_settings(data.root, BRIDGE_RECONCILE_GRACE_S="0", BRIDGE_RECONCILE_TOLERANCE_S="2")
+    bridge = wiring.store_on(sql_backend.engine, sql_backend.uow)  # type: ignore[arg-type]
     modes = StaticModes(frozenset(ALL_ORIGINS.split(",")))
     reader = LegacyReader(data.database_path)
-    recorder = ShadowRecorder(runs)
-    interceptor = ShadowInterceptor(recorder, reader, modes, BridgeMetrics(), SystemClock(),
-                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
-                                    stops=StopDecisions(recorder, reader, None, SystemClock()))
+    # No primary answers in this world: shadow only, and a start time no clock reaches (test_reconciler_poison)
+    # reaches the shadow write instead of the primary check's origin inference, which raises on it.
+    interceptor = wiring.interceptor(settings, bridge, modes, reader=reader, keep_ends=False, answers_primary=False)
     store = SqlReconcileStore(sql_backend.engine)
-    reconciler = Reconciler(store, runs, reader, modes, BridgeMetrics(), SystemClock(),
-                            kept_ends=SqlPendingEnds(sql_backend.engine), scheduler_mode="system",  # type: ignore[arg-type]
-                            tz=ZoneInfo("UTC"), settings=ReconcileSettings(grace_s=0, tolerance_s=2))
+    reconciler = wiring.reconciler(settings, bridge, modes, reader=reader, reconcile_store=store)
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield World(data=data, runs=runs, store=store, interceptor=interceptor, http=http, double=double,
+        yield World(data=data, runs=bridge.runs, store=store,
+                    interceptor=interceptor, http=http, settings=settings, bridge=bridge, double=double,
                     reconciler=reconciler)
     interceptor.close()
 
@@ -241,10 +235,8 @@ class InLegacyNamespace(ProcProbe):
 
 
 def recover(world: World) -> dict[str, int]:
-    from bridge.jobs.recovery import recover_on_startup
-
-    return dict(recover_on_startup(world.store, world.runs, LegacyReader(world.data.database_path),
-                                   SqlPendingEnds(world.store.engine), InLegacyNamespace()))
+    return dict(wiring.recover(world.settings, world.bridge, reader=LegacyReader(world.data.database_path),
+                               probe=InLegacyNamespace()))
 
 
 def status_of(world: World, c: int, pid: int, log: str) -> tuple[str, str]:
@@ -305,11 +297,8 @@ def test_projection_drift_of_a_primary_run_is_found_and_resolved_once_projected(
 def test_a_start_whose_crontabs_row_2x_kept_locked_is_counted_as_such_and_back_filled_by_its_end(
         world: World) -> None:
     metrics = BridgeMetrics()
-    recorder, reader = ShadowRecorder(world.runs), LegacyReader(world.data.database_path)
-    interceptor = ShadowInterceptor(recorder, reader,
-                                    StaticModes(frozenset(ALL_ORIGINS.split(","))), metrics, SystemClock(),
-                                    budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
-                                    stops=StopDecisions(recorder, reader, None, SystemClock()))
+    interceptor = wiring.interceptor(world.settings, world.bridge, StaticModes(frozenset(ALL_ORIGINS.split(","))),
+                                     metrics=metrics, keep_ends=False)
     c = cron(world)
     blocker = sqlite3.connect(world.data.database_path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # 2.x in the middle of a long write when the start arrives

@@ -10,21 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from bridge.jobs.recovery import recover_on_startup
-from bridge.storage.pending_ends import SqlPendingEnds
 from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from tests.integration import legacy_world
 from tests.integration.legacy_world import BEGIN, World, end, start
 from tests.legacy.conftest import StatementLog
+from tests.support import wiring
 
 world = legacy_world.world  # the fixture
 
 
 def recover(world: World, reader: LegacyReader | None = None, probe: ProcProbe | None = None) -> dict[str, int]:
-    return dict(recover_on_startup(world.store, world.runs, reader or LegacyReader(world.data.database_path),
-                                   SqlPendingEnds(world.store.engine), probe))
+    return dict(wiring.recover(world.settings, world.bridge, reader=reader or LegacyReader(world.data.database_path),
+                               probe=probe))
 
 
 def newer_executions(world: World, cron: int, count: int = 10) -> None:
@@ -98,8 +97,6 @@ def test_the_instance_is_looked_up_through_the_primary_key_never_by_scanning_2xs
 
 
 def test_recovery_deferred_by_a_hot_journal_is_run_again_by_the_reconcile_job_once_2x_reads(world: World) -> None:
-    from types import SimpleNamespace
-
     from bridge.bootstrap import _recovering_first
     from bridge.metrics import BridgeMetrics
 
@@ -120,8 +117,7 @@ def test_recovery_deferred_by_a_hot_journal_is_run_again_by_the_reconcile_job_on
             passes.append("pass")
             return "ok"
 
-    store = SimpleNamespace(engine=world.store.engine, runs=world.runs)
-    job = _recovering_first(Reconciler(), store, BridgeMetrics())  # type: ignore[arg-type]
+    job = _recovering_first(Reconciler(), world.bridge, BridgeMetrics())  # type: ignore[arg-type]
     job()  # still hot: deferred again, and the pass runs anyway
     assert world.run_row(cron, 64, "deferred.log")["status"] == "running"  # type: ignore[index]
     world.data.roll_back_hot_journal()

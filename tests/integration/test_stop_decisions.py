@@ -10,18 +10,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 from sqlalchemy import func, select
 
+from bridge.bootstrap import Store
 from bridge.callbacks.interception import ShadowInterceptor
-from bridge.jobs.reconcile import Reconciler, ReconcileSettings
+from bridge.config import Settings
 from bridge.jobs.recovery import recover_on_startup
 from bridge.jobs.stop_decisions import StopDecisions
-from bridge.metrics import BridgeMetrics
-from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
 from bridge.service.shadow import Outcome, ShadowRecorder
@@ -33,6 +31,7 @@ from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
+from tests.support import wiring
 
 ORIGINS = frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"})
 
@@ -47,6 +46,8 @@ class World:
     reader: LegacyReader
     interceptor: ShadowInterceptor
     http: httpx.Client
+    settings: Settings
+    bridge: Store  # the store as the composition root hands it out (``runs`` is its RunService)
 
     def via_bridge(self, cron: int, status: int, pid: int, log: str, begin: int, exit_code: int | None = None) -> None:
         body = render_status_body(cron, status, pid, log, begin, 3 if status else 0, exit_code)
@@ -66,41 +67,37 @@ class World:
             return int(conn.execute(select(func.count()).select_from(pending_ends_table)).scalar_one())
 
     def decisions(self) -> StopDecisions:
-        return StopDecisions(ShadowRecorder(self.runs), self.reader, self.pending, SystemClock())
+        return wiring.stop_decisions(self.settings, self.bridge, reader=self.reader)
 
     def reconcile(self) -> dict[str, int]:
-        reconciler = Reconciler(self.store, self.runs, self.reader, StaticModes(frozenset()), BridgeMetrics(),
-                                SystemClock(), kept_ends=self.pending, scheduler_mode="system", tz=ZoneInfo("UTC"),
-                                settings=ReconcileSettings(grace_s=0))
+        reconciler = wiring.reconciler(self.settings, self.bridge, StaticModes(frozenset()), reader=self.reader,
+                                       reconcile_store=self.store)
         result = reconciler.run_once()
         assert result.result == "ok", result.reason
         return result.stats
 
 
-def make_world(backend: Backend, tmp_path: Path, window_ms: int) -> Iterator[World]:
+def make_world(backend: Backend, tmp_path: Path, window_s: int) -> Iterator[World]:
     data = create_legacy_data_dir(tmp_path / "ql")
-    runs = RunService(backend.uow, clock=SystemClock())  # type: ignore[arg-type]
-    pending = SqlPendingEnds(backend.engine)  # type: ignore[arg-type]
+    settings = wiring.legacy_settings(data.root, BRIDGE_STOP_DECISION_WINDOW_S=str(window_s),
+                                      BRIDGE_RECONCILE_GRACE_S="0")
+    bridge = wiring.store_on(backend.engine, backend.uow)  # type: ignore[arg-type]
     reader = LegacyReader(data.database_path)
-    recorder = ShadowRecorder(runs)
-    stops = StopDecisions(recorder, reader, pending, SystemClock(), window_ms=window_ms)
-    interceptor = ShadowInterceptor(recorder, reader, StaticModes(ORIGINS), BridgeMetrics(),
-                                    SystemClock(), budget_ms=5000, scheduler_mode="system", tz=ZoneInfo("UTC"),
-                                    stops=stops)
+    interceptor = wiring.interceptor(settings, bridge, StaticModes(ORIGINS), reader=reader)
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
-        yield World(data, double, runs, SqlReconcileStore(backend.engine), pending, reader,  # type: ignore[arg-type]
-                    interceptor, http)
+        yield World(data, double, bridge.runs, SqlReconcileStore(backend.engine),  # type: ignore[arg-type]
+                    SqlPendingEnds(backend.engine), reader, interceptor, http, settings, bridge)  # type: ignore[arg-type]
     interceptor.close()
 
 
 @pytest.fixture
 def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
-    yield from make_world(sql_backend, tmp_path, window_ms=0)  # every kept end is due at once
+    yield from make_world(sql_backend, tmp_path, window_s=0)  # every kept end is due at once
 
 
 @pytest.fixture
 def slow_world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
-    yield from make_world(sql_backend, tmp_path, window_ms=600_000)
+    yield from make_world(sql_backend, tmp_path, window_s=600)
 
 
 def replaced(world: World, begin: int) -> int:

@@ -16,28 +16,21 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 from sqlalchemy import select
 
+from bridge.bootstrap import build_store
 from bridge.demo import CURL_HEADERS, serving_bridge
-from bridge.jobs.reconcile import Reconciler, ReconcileSettings
-from bridge.metrics import BridgeMetrics
-from bridge.service.clock import SystemClock
 from bridge.service.ports import StaticModes
-from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
-from bridge.storage.pending_ends import SqlPendingEnds
-from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import mismatches_table, run_attempts_table, run_events_table, runs_table
-from bridge.storage.unit_of_work import SqlUnitOfWork
 from legacy_adapters.callbacks import render_status_body
-from legacy_adapters.reader import LegacyReader
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.bench.stores import fresh_store
+from tests.support import wiring
 
 PANEL_TOKEN = "panel.jwt.token"
 TRAP_SHELL = Path(__file__).parent / "shell" / "trap_shell_double.sh"
@@ -113,22 +106,21 @@ class StopWorld:
 
     def reconcile_findings(self, cron: int) -> list[str]:
         """One reconcile pass over this store and 2.x's rows (no grace): the kinds opened for this cron."""
-        engine = make_engine(self.database_url, pg_search_path=self.schema)
+        settings = wiring.legacy_settings(self.data.root, BRIDGE_DATABASE_URL=self.database_url,
+                                          BRIDGE_DATABASE_SCHEMA=self.schema or "", BRIDGE_DATA_DIR=str(self.root),
+                                          BRIDGE_RECONCILE_GRACE_S="0")
+        store = build_store(settings)
         try:
-            reconciler = Reconciler(SqlReconcileStore(engine), RunService(SqlUnitOfWork(engine), clock=SystemClock()),
-                                    LegacyReader(self.data.database_path), StaticModes(frozenset()), BridgeMetrics(),
-                                    SystemClock(), kept_ends=SqlPendingEnds(engine), scheduler_mode="system",
-                                    tz=ZoneInfo("UTC"),
-                                    settings=ReconcileSettings(grace_s=0))
+            reconciler = wiring.reconciler(settings, store, StaticModes(frozenset()))
             deadline = time.monotonic() + 30
             while (result := reconciler.run_once().result) == "locked" and time.monotonic() < deadline:
                 time.sleep(0.2)  # the serving bridge's own pass holds the lease
             assert result == "ok"
-            with engine.connect() as conn:
+            with store.engine.connect() as conn:
                 return sorted(r.kind for r in conn.execute(select(mismatches_table.c.kind).where(
                     mismatches_table.c.legacy_cron_id == cron, mismatches_table.c.resolved_at_ms.is_(None))))
         finally:
-            engine.dispose()
+            store.close()
 
 
 @pytest.fixture(scope="module", params=[pytest.param("sqlite", id="sqlite"),

@@ -12,21 +12,16 @@ import itertools
 import time
 import uuid
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, event, select, text
 from sqlalchemy.pool import NullPool
 
-from bridge.callbacks.interception import ShadowInterceptor
 from bridge.demo import Shell, migrated, serving_bridge
-from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.flags import CachedModes, FlagService
-from bridge.service.run_service import RunService
-from bridge.service.shadow import ShadowRecorder
 from bridge.storage.engine import make_engine
 from bridge.storage.flags import SqlFlagStore
 from bridge.storage.schema import runs_table
@@ -36,6 +31,7 @@ from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
 from tests.integration.conftest import _postgres_store
+from tests.support import wiring
 
 HOUR = 1_796_216_400  # a whole hour (UTC): "0 * * * *" matches a begin one second later
 PIDS = itertools.count(20_000)
@@ -127,11 +123,10 @@ def test_every_execution_is_recorded_while_sqlite_fails_the_flag_reads(sqlite_ba
         if failing["on"] and "origin_flags" in statement:
             raise engine.dialect.dbapi.OperationalError("disk I/O error")
 
-    recorder = ShadowRecorder(RunService(sqlite_backend.uow, clock=SystemClock()))  # type: ignore[arg-type]
     reader = LegacyReader(data.database_path, keep_connections=1)
-    interceptor = ShadowInterceptor(recorder, reader, modes, metrics, SystemClock(), budget_ms=5000,
-                                    scheduler_mode="system", tz=ZoneInfo("UTC"),
-                                    stops=StopDecisions(recorder, reader, None, SystemClock()))
+    interceptor = wiring.interceptor(wiring.legacy_settings(data.root),
+                                     wiring.store_on(engine, sqlite_backend.uow),  # type: ignore[arg-type]
+                                     modes, metrics=metrics, reader=reader, keep_ends=False)
     pids = [next(PIDS) for _ in range(6)]
     try:
         with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:

@@ -12,15 +12,14 @@ import httpx
 import pytest
 from flask import Flask
 
-from bridge.bootstrap import Container, Store, build_interceptor
+from bridge.bootstrap import Container
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
-from bridge.service.clock import SystemClock
 from bridge.service.ports import ModeSource
-from bridge.service.run_service import RunService
 from bridge.web.app import create_app
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from tests.conftest import Backend
+from tests.support import wiring
 from tests.web.asgi_client import AsgiTestClient, bridge_client
 
 LEGACY_URL = "http://legacy.test:5700"
@@ -62,14 +61,12 @@ def shadow_container(backend: Backend, tmp_path: Path, upstream: FakeUpstream,
     counts into the same metrics, on ``backend``'s store, in front of a fresh 2.x data dir (system scheduler, UTC)
     whose HTTP side is ``upstream``; closed afterwards."""
     legacy = create_legacy_data_dir(tmp_path / "ql-data")
-    settings = Settings.from_env({
-        "BRIDGE_DATA_DIR": str(tmp_path), "BRIDGE_LEGACY_URL": LEGACY_URL, "BRIDGE_LEGACY_DATA_DIR": str(legacy.root),
-        "BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_SHADOW_BUDGET_MS": "10000"})
+    settings = wiring.legacy_settings(legacy.root, BRIDGE_DATA_DIR=str(tmp_path), BRIDGE_LEGACY_URL=LEGACY_URL,
+                                      BRIDGE_SHADOW_BUDGET_MS="10000")
     assert backend.engine is not None
     metrics = BridgeMetrics()
-    runs = RunService(backend.uow, clock=SystemClock(), metrics=metrics)  # type: ignore[arg-type]
-    store = Store(engine=backend.engine, uow=backend.uow, runs=runs)  # type: ignore[arg-type]
-    interceptor = build_interceptor(settings, store, metrics, modes)
+    store = wiring.store_on(backend.engine, backend.uow, metrics=metrics)
+    interceptor = wiring.interceptor(settings, store, modes, metrics=metrics)
     container = Container(settings=settings, metrics=metrics, store=store, interceptor=interceptor,
                           http=httpx.Client(transport=httpx.MockTransport(upstream)))
     try:

@@ -10,19 +10,17 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 from werkzeug.test import TestResponse
 
 from bridge.bootstrap import Container, Store
 from bridge.domain.errors import StoreUnavailableError
-from bridge.service.clock import SystemClock
-from bridge.service.run_service import RunService
 from bridge.storage.engine import make_engine
 from bridge.storage.reconcile_queries import SqlReconcileStore
-from bridge.storage.unit_of_work import SqlUnitOfWork
 from tests.conftest import Backend
 from tests.contract.lifecycle import create
 from tests.full_disk import FullDisk
+from tests.support.wiring import store_on
 from tests.web.asgi_client import bridge_client
 from tests.web.conftest import FakeUpstream, make_container
 
@@ -36,11 +34,6 @@ def get(container: Container, path: str) -> TestResponse:
 
 def healthz(upstream: FakeUpstream, store: Store | None = None, path: str = "/healthz") -> TestResponse:
     return get(make_container(upstream, store=store), path)
-
-
-def store_on(engine: Engine) -> Store:
-    uow = SqlUnitOfWork(engine)
-    return Store(engine=engine, uow=uow, runs=RunService(uow, clock=SystemClock()))
 
 
 @pytest.fixture
