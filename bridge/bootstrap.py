@@ -339,10 +339,9 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecor
 def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
                       on_primary_commit: Callable[[], None] = lambda: None, *, reader: LegacyReader | None = None,
                       recorder: ShadowRecorder | None = None, stops: StopDecisions | None = None,
-                      auth: LegacyTokenAuthority | None = None, answers_primary: bool = True) -> ShadowInterceptor:
+                      auth: LegacyTokenAuthority | None = None) -> ShadowInterceptor:
     """The callback path's interceptor: it records through ``recorder``, feeds ``stops`` (which must record
-    through the same recorder) and checks tokens with ``auth``; each is built here when not given.
-    ``answers_primary=False`` leaves out 2.x's tokens, so it never answers a callback itself: all go to 2.x."""
+    through the same recorder) and checks tokens with ``auth``; each is built here when not given."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.auth import LegacyTokenAuthority
@@ -353,7 +352,7 @@ def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, 
     return ShadowInterceptor(
         recorder, reader, modes, metrics, SystemClock(),
         budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
-        auth=(auth or LegacyTokenAuthority(settings.legacy_keyv_path)) if answers_primary else None,
+        auth=auth or LegacyTokenAuthority(settings.legacy_keyv_path),
         on_primary_commit=on_primary_commit,
         read_ahead=store_capabilities(store.engine).reads_are_round_trips,
         stops=stops or build_stop_decisions(settings, store, recorder, reader))

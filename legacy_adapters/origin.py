@@ -46,7 +46,8 @@ def infer_start_origin(cron_before: LegacyCron | None, pid: int | None, log_path
 def infer_scheduled_origin(cron: LegacyCron | None, begin_s: int | None, scheduler_mode: str,
                            tz: tzinfo) -> OriginDecision:
     """scheduled_node / scheduled_system when the begin time matches a schedule, else script."""
-    if cron is None or begin_s is None or not begin_s:
+    if cron is None or begin_s is None or not begin_s or not _on_the_clock(begin_s, tz):
+        # No begin time, or one no calendar reaches (2.x stores what the shell sent, 2**53 - 1 included).
         return OriginDecision("script", "no_schedule_evidence")
     schedules = [(cron.schedule or "", "main"), *[(s, "extra") for s in (cron.extra_schedules or ())]]
     # shouldUseCronClient: node-schedule runs every schedule in node mode and node crons in system
@@ -89,6 +90,16 @@ def schedule_matches(schedule: str, begin_s: int, tz: tzinfo, *, scheduler: str 
         return False
     tolerance = SECOND_TOLERANCE_S if expression.fields == 6 else MINUTE_TOLERANCE_S
     return any(expression.fires(moment) for moment in _window(begin_s, tolerance, tz))
+
+
+def _on_the_clock(begin_s: int, tz: tzinfo) -> bool:
+    """Whether the begin time, and the minute before it, are instants a local calendar can name."""
+    try:
+        datetime.fromtimestamp(begin_s - MINUTE_TOLERANCE_S, tz)
+        datetime.fromtimestamp(begin_s, tz)
+    except (ValueError, OverflowError, OSError):
+        return False
+    return True
 
 
 def _window(begin_s: int, tolerance_s: int, tz: tzinfo) -> list[datetime]:

@@ -57,9 +57,7 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
     bridge = wiring.store_on(sql_backend.engine, sql_backend.uow)  # type: ignore[arg-type]
     modes = StaticModes(frozenset(ALL_ORIGINS.split(",")))
     reader = LegacyReader(data.database_path)
-    # No primary answers in this world: shadow only, and a start time no clock reaches (test_reconciler_poison)
-    # reaches the shadow write instead of the primary check's origin inference, which raises on it.
-    interceptor = wiring.interceptor(settings, bridge, modes, reader=reader, keep_ends=False, answers_primary=False)
+    interceptor = wiring.interceptor(settings, bridge, modes, reader=reader, keep_ends=False)
     store = SqlReconcileStore(sql_backend.engine)
     reconciler = wiring.reconciler(settings, bridge, modes, reader=reader, reconcile_store=store)
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:

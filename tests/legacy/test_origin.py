@@ -73,6 +73,14 @@ def test_a_begin_long_after_the_fire_time_is_not_a_scheduled_run() -> None:
     assert not schedule_matches("not a schedule", 1, SHANGHAI)
 
 
+@pytest.mark.parametrize("begin_s", [2**53 - 1, -(2**53 - 1), 10**12])
+@pytest.mark.parametrize("mode", ["system", "node"])
+def test_a_begin_time_no_calendar_reaches_is_no_schedule_evidence(begin_s: int, mode: str) -> None:
+    # 2.x stores what the shell sent; inference must answer, not raise (a raise loses the callback's Run).
+    decision = infer_start_origin(cron("* * * * *"), 42, "a_5/x.log", begin_s, mode, SHANGHAI)
+    assert (decision.origin, decision.evidence) == ("script", "no_schedule_evidence")
+
+
 def test_the_task_revision_changes_with_the_command_only() -> None:
     assert task_revision(cron()) == task_revision(cron(name="renamed"))
     assert task_revision(cron()) != task_revision(cron(command="task b.js"))

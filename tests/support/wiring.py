@@ -61,16 +61,15 @@ def stop_decisions(settings: Settings, store: Store, *, reader: LegacyReader | N
 
 
 def interceptor(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
-                reader: LegacyReader | None = None, keep_ends: bool = True, answers_primary: bool = True,
+                reader: LegacyReader | None = None, keep_ends: bool = True,
                 on_primary_commit: Callable[[], None] = lambda: None) -> ShadowInterceptor:
     """bootstrap.build_interceptor, with the stop decisions it feeds (``keep_ends`` as in ``stop_decisions``)
-    recording through the same recorder; ``answers_primary=False``: no primary answers, every callback goes to
-    2.x. The caller closes it."""
+    recording through the same recorder. The caller closes it."""
     reader = reader or build_legacy_reader(settings)
     recorder = ShadowRecorder(store.runs)
     stops = stop_decisions(settings, store, reader=reader, recorder=recorder, keep_ends=keep_ends)
     return build_interceptor(settings, store, metrics or BridgeMetrics(), modes, on_primary_commit, reader=reader,
-                             recorder=recorder, stops=stops, answers_primary=answers_primary)
+                             recorder=recorder, stops=stops)
 
 
 def reconciler(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
