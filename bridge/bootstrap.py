@@ -221,7 +221,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
                                         recorder=recorder, stops=stops, auth=container.token_authority)
         container.interceptor = interceptor
         container.closers.append(interceptor.close)
-        if schedule_reconciler:  # kept ends decided once their window is over; reconcile and housekeeping
+        if schedule_reconciler:  # pending ends decided once their window is over; reconcile and housekeeping
             from bridge.jobs.housekeeping import INTERVAL_S, run_housekeeping
             from bridge.jobs.schedule import start_reconcile_schedule
             from bridge.jobs.stop_decisions import StopDeciderThread, decider_interval_s
@@ -285,7 +285,7 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
         modes = CachedModes(flags)
     return Reconciler(
         reconcile_store or SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
-        modes, metrics, SystemClock(), kept_ends=SqlPendingEnds(store.engine),
+        modes, metrics, SystemClock(), pending_ends=SqlPendingEnds(store.engine),
         scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,

@@ -107,13 +107,13 @@ def failure_code(exc: BaseException) -> str:
 
 class Reconciler:
     def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
-                 metrics: BridgeMetrics, clock: Clock, *, kept_ends: PendingEndStore, scheduler_mode: str,
+                 metrics: BridgeMetrics, clock: Clock, *, pending_ends: PendingEndStore, scheduler_mode: str,
                  tz: ZoneInfo, enabled_since: Callable[[str], int | None] = lambda origin: 0,
                  settings: ReconcileSettings | None = None, probe: ProcProbe | None = None) -> None:
         self._store = store
         self._runs = runs
         self._recorder = ShadowRecorder(runs)
-        self._pending = kept_ends  # Runs whose kept end the stop decider settles
+        self._pending = pending_ends  # Runs whose pending end the stop decider settles
         self._reader = reader
         self._modes = modes
         self._metrics = metrics

@@ -1,7 +1,7 @@
 """Startup recovery (ADR-0001 13.1–13.2): every non-terminal shadow Run is checked against evidence.
 
 First the ends kept for a stop decision whose window is over are decided (bridge.jobs.stop_decisions), so an
-exit code observed before a restart is never lost; a Run whose kept end is not due yet is left to the decider.
+exit code observed before a restart is never lost; a Run whose pending end is not due yet is left to the decider.
 Then 2.x's own instance row, found by the execution's identity (cron id, pid, log path, begin second), says
 how the execution ended. Which evidence decides a row that still says running depends on the deployment:
 
@@ -63,7 +63,7 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
     probe = probe or ProcProbe()
     judge_processes = probe.sees_legacy()  # once per call: the deployment does not change under it
     outcomes: Counter[str] = Counter({f"stop_decision:{kind}": n
-                                      for kind, n in _decide_kept_ends(runs, reader, pending).items()})
+                                      for kind, n in _decide_pending_ends(runs, reader, pending).items()})
     cursor: tuple[int, str] = (-1, "")
     unavailable: str | None = None  # once 2.x's database failed a read, this call reads it no more
     for _ in range(max_pages):
@@ -72,7 +72,7 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
             break
         waiting = pending.waiting_runs([run["id"] for run in page])
         for run in page:
-            if run["id"] in waiting:  # its kept end is decided by the decider once its window is over
+            if run["id"] in waiting:  # its pending end is decided by the decider once its window is over
                 outcomes["awaiting_stop_decision"] += 1
                 continue
             if unavailable is None:
@@ -95,8 +95,8 @@ def _state(reader: LegacyReader, exc: LegacyDatabaseError | sqlite3.Error) -> st
     return exc.reason if isinstance(exc, LegacyDatabaseError) else str(reader.state_of(exc))
 
 
-def _decide_kept_ends(runs: RunService, reader: LegacyReader, pending: PendingEndStore) -> Counter[str]:
-    """Every kept end whose window is over (a restart during the window included), decided from 2.x's rows."""
+def _decide_pending_ends(runs: RunService, reader: LegacyReader, pending: PendingEndStore) -> Counter[str]:
+    """Every pending end whose window is over (a restart during the window included), decided from 2.x's rows."""
     decisions = StopDecisions(ShadowRecorder(runs), reader, pending, SystemClock())
     total: Counter[str] = Counter()
     while batch := decisions.decide_due():

@@ -13,9 +13,9 @@ window instead of closing the Run, and the Run closes on the first evidence, in 
    still running, none) → the exit code decides: a signal exit with no stop evidence stays failed, as 2.x says.
 
 While a stop of the cron is on its way to 2.x (forwarded, not yet answered), an end with any failing exit (the
-trap's code need not be a signal's) is kept too, and no kept end of that cron is decided: the stop's answer is
+trap's code need not be a signal's) is kept too, and no pending end of that cron is decided: the stop's answer is
 the evidence that decides them, however long 2.x takes past the window (up to STOP_IN_FLIGHT_MAX_S). This
-memory is the serving process's own; a kept end another replica decides meanwhile falls back to 2.x's row.
+memory is the serving process's own; a pending end another replica decides meanwhile falls back to 2.x's row.
 
 A 2.x database that cannot be read puts the decision off, until GIVE_UP_S after the end; then the exit code
 decides. Deciding is idempotent (the end's dedupe key; a Run already ended takes the end as late), so the
@@ -62,10 +62,10 @@ BATCH = 64
 # runCron stamps the old row's finished_at, then spawns the next shell, whose begin second follows at once.
 REPLACEMENT_GAP_S = 5
 NEWER_ROWS_READ = 64  # 2.x rows read after the stopped one when looking for the cron's next start
-# A stop forwarded this long ago without an answer no longer holds its cron's kept ends (an answer that never
+# A stop forwarded this long ago without an answer no longer holds its cron's pending ends (an answer that never
 # came back through this process: the forward failed, or the process handing it over died).
 STOP_IN_FLIGHT_MAX_S = 120
-IN_FLIGHT_RETRY_MS = 500  # how soon a kept end held by a stop in flight is looked at again
+IN_FLIGHT_RETRY_MS = 500  # how soon a pending end held by a stop in flight is looked at again
 
 
 def instance_of(reader: LegacyReader, cron_id: int, pid: int | None, log_ref: str | None,
@@ -111,7 +111,7 @@ def replaced_by_next_run(reader: LegacyReader, instance: LegacyInstance) -> bool
 
 
 class StopDecisions:
-    """Keeps ends with a signal exit, applies relayed stops, and decides kept ends once their window is over.
+    """Keeps ends with a signal exit, applies relayed stops, and decides pending ends once their window is over.
 
     Without a PendingEndStore nothing is kept (each end closes its Run at once) and relayed stops still apply.
     """
@@ -171,7 +171,7 @@ class StopDecisions:
         """2.x accepted ``PUT /crons/stop`` for this cron, which reached the bridge at ``received_at_ms``.
 
         Ends kept since then are the stop's own kills; a Run whose end was kept before had ended already (2.x
-        closed its row on that end, and the stop's update passes it by): its kept end is decided on its own.
+        closed its row on that end, and the stop's update passes it by): its pending end is decided on its own.
         """
         kept = self._pending.for_cron(cron_id, 0) if self._pending is not None else []
         ended = [end for end in kept if end.facts.received_at_ms >= received_at_ms]
@@ -194,7 +194,7 @@ class StopDecisions:
         return results
 
     def decide_due(self, limit: int = BATCH) -> Counter[str]:
-        """Decide the kept ends whose window is over; returns how many closed each way (a stop code, ``exit``,
+        """Decide the pending ends whose window is over; returns how many closed each way (a stop code, ``exit``,
         ``deferred:<state>``)."""
         outcomes: Counter[str] = Counter()
         if self._pending is None:
@@ -213,7 +213,7 @@ class StopDecisions:
                     outcomes[f"deferred:{_state(self._reader, exc)}"] += 1
                     continue
                 verdict = EndVerdict(None, "legacy_unreadable")
-            self._recorder.close_kept_end(end, verdict)
+            self._recorder.close_pending_end(end, verdict)
             self._forget([end])
             outcomes[verdict.stop.value if verdict.stop else "exit"] += 1
         if outcomes:
@@ -221,7 +221,7 @@ class StopDecisions:
         return outcomes
 
     def verdict(self, end: PendingEnd) -> EndVerdict:
-        """What 2.x's instance row of the kept end's execution says (raises when 2.x's database does not read)."""
+        """What 2.x's instance row of the pending end's execution says (raises when 2.x's database does not read)."""
         facts = end.facts
         instance = instance_of(self._reader, facts.cron_id, facts.pid, facts.log_ref, facts.started_at_ms,
                                end.run_created_at_ms)

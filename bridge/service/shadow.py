@@ -104,7 +104,7 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class EndVerdict:
-    """How a kept end closes its Run: ``stop`` None closes it by its exit code, a stop code cancels it.
+    """How a pending end closes its Run: ``stop`` None closes it by its exit code, a stop code cancels it.
 
     The code is the Run's and the Attempt's error_code and the Run's cancel_reason; ``evidence`` says what
     decided it (it goes into the event payloads).
@@ -137,7 +137,7 @@ class PendingEnd:
 
 
 class PendingEndStore(Protocol):
-    """The kept ends (bridge.storage.pending_ends); each call is one short transaction of its own."""
+    """The pending ends (bridge.storage.pending_ends); each call is one short transaction of its own."""
 
     def add(self, end: PendingEnd) -> bool:
         """Keep the end unless the same end is kept already; True when it was added."""
@@ -148,7 +148,7 @@ class PendingEndStore(Protocol):
         ...
 
     def for_cron(self, cron_id: int, received_since_ms: int) -> list[PendingEnd]:
-        """The cron's kept ends that reached the bridge at or after ``received_since_ms``."""
+        """The cron's pending ends that reached the bridge at or after ``received_since_ms``."""
         ...
 
     def waiting_runs(self, run_ids: Collection[str]) -> set[str]:
@@ -271,8 +271,8 @@ class ShadowRecorder:
             return pick(read_ahead)
         return self._runs.read(lambda tx: pick(tx.store.active_candidates(facts.cron_id, CANDIDATE_LIMIT)))
 
-    def close_kept_end(self, end: PendingEnd, verdict: EndVerdict) -> ShadowResult:
-        """Close a kept end's Run as decided. Deciding again is a no-op (the end's dedupe key), and a Run that
+    def close_pending_end(self, end: PendingEnd, verdict: EndVerdict) -> ShadowResult:
+        """Close a pending end's Run as decided. Deciding again is a no-op (the end's dedupe key), and a Run that
         ended meanwhile (a relayed stop) takes the end as late, once."""
         return self._once(lambda tx: _close_kept(tx, end, verdict), end.facts)
 

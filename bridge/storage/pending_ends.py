@@ -25,7 +25,7 @@ class SqlPendingEnds:
     """bridge.service.shadow.PendingEndStore over SQLite or PostgreSQL."""
 
     def __init__(self, engine: Engine, *, busy_budget_ms: int = 400, outcomes: WriteOutcomes | None = None) -> None:
-        # Each transaction hands out its bare connection: the kept ends are one table, not the Run store.
+        # Each transaction hands out its bare connection: the pending ends are one table, not the Run store.
         self._uow: SqlUnitOfWork[Connection] = SqlUnitOfWork(engine, busy_budget_ms=busy_budget_ms, outcomes=outcomes,
                                                              store_factory=_connection)
         self._insert = postgresql_insert if engine.dialect.name == "postgresql" else sqlite_insert

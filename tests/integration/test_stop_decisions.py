@@ -1,4 +1,4 @@
-"""Kept ends and 2.x's stopped rows, in-process on each store: startup recovery decides what a stopped bridge
+"""Pending ends and 2.x's stopped rows, in-process on each store: startup recovery decides what a stopped bridge
 left, deciding twice changes nothing, an unreadable 2.x puts the decision off, and the reconciler and recovery
 name each stop by its source."""
 
@@ -92,7 +92,7 @@ def make_world(backend: Backend, tmp_path: Path, window_s: int) -> Iterator[Worl
 
 @pytest.fixture
 def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
-    yield from make_world(sql_backend, tmp_path, window_s=0)  # every kept end is due at once
+    yield from make_world(sql_backend, tmp_path, window_s=0)  # every pending end is due at once
 
 
 @pytest.fixture
@@ -128,16 +128,16 @@ def test_an_end_kept_when_the_bridge_stopped_is_decided_by_startup_recovery_with
     assert recover_on_startup(world.store, world.runs, world.reader, world.pending) == {}
 
 
-def test_deciding_a_kept_end_twice_changes_nothing(slow_world: World) -> None:
+def test_deciding_a_pending_end_twice_changes_nothing(slow_world: World) -> None:
     world, begin = slow_world, int(time.time()) - 5
     cron = replaced(world, begin)
     (end,) = world.pending.due(2**62, 10)
     recorder = ShadowRecorder(world.runs)
     verdict = world.decisions().verdict(end)
 
-    assert recorder.close_kept_end(end, verdict).outcome is Outcome.CANCELLED
+    assert recorder.close_pending_end(end, verdict).outcome is Outcome.CANCELLED
     events = world.run(cron, 41, "a.log", begin)["events"]
-    assert recorder.close_kept_end(end, verdict).outcome is Outcome.DUPLICATE
+    assert recorder.close_pending_end(end, verdict).outcome is Outcome.DUPLICATE
     world.pending.postpone(end.id or 0, 0)  # the row outlived its decision (a crash before the delete)
     assert world.decisions().decide_due() == {"replaced_by_next_run": 1}
     assert world.run(cron, 41, "a.log", begin)["events"] == events and world.kept() == 0
@@ -227,7 +227,7 @@ def test_a_relayed_stop_takes_only_the_ends_that_reached_the_bridge_after_it(slo
     assert (first["status"], first["exit_code"]) == ("failed", 143)  # 2.x: error 143, as the end said
 
 
-def test_a_reconcile_pass_inside_the_window_finds_nothing_to_say_about_a_kept_end(slow_world: World) -> None:
+def test_a_reconcile_pass_inside_the_window_finds_nothing_to_say_about_a_pending_end(slow_world: World) -> None:
     world, begin = slow_world, int(time.time()) - 600  # a long execution, judged by any pass
     cron = world.data.add_cron("long", "task long.sh", "0 * * * *")
     world.via_bridge(cron, 0, 91, "long.log", begin)
@@ -268,7 +268,7 @@ def test_a_trap_end_with_exit_1_while_a_stop_is_in_flight_ends_cancelled_by_the_
     assert world.kept() == 0
 
 
-def test_a_stop_2x_answers_after_the_decision_window_still_decides_the_kept_end(world: World) -> None:
+def test_a_stop_2x_answers_after_the_decision_window_still_decides_the_pending_end(world: World) -> None:
     cron, begin = world.data.add_cron("slowstop", "task s.sh", "0 * * * *"), int(time.time()) - 5
     world.via_bridge(cron, 0, 62, "s.log", begin)
     prepared, body = stop_in_flight(world, cron)
@@ -284,7 +284,7 @@ def test_a_stop_2x_answers_after_the_decision_window_still_decides_the_kept_end(
     assert world.kept() == 0
 
 
-def test_a_stop_2x_refuses_releases_the_kept_end_to_2xs_row(world: World) -> None:
+def test_a_stop_2x_refuses_releases_the_pending_end_to_2xs_row(world: World) -> None:
     cron, begin = world.data.add_cron("refused", "task r.sh", "0 * * * *"), int(time.time()) - 5
     world.via_bridge(cron, 0, 63, "r.log", begin)
     prepared, _body = stop_in_flight(world, cron)
