@@ -42,7 +42,7 @@ from bridge.storage.schema import (
     run_attempts_table,
     runs_table,
 )
-from bridge.storage.statements import PreparedStatement
+from bridge.storage.statements import CompiledStatement
 
 ACTIVE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
 RECENT_LIMIT = 64
@@ -75,7 +75,7 @@ _RUN_COLUMNS = [_r.c[name] for name in ("id", "legacy_cron_id", "status", "creat
                                          "finished_at_ms", "duration_ms")]
 
 
-def _newest_statement(statuses: Iterable[Any], limit: int) -> PreparedStatement:
+def _newest_statement(statuses: Iterable[Any], limit: int) -> CompiledStatement:
     """The newest bridge-owned Runs of ``:cron_id`` in these statuses: one leg per status, each a range scan
     of ix_runs_bridge_owned_by_cron with its own LIMIT, then the newest of all legs. The owner predicate is
     the index's own literal text: with a bind, neither planner could use the partial index, and a cron
@@ -88,7 +88,7 @@ def _newest_statement(statuses: Iterable[Any], limit: int) -> PreparedStatement:
             .order_by(_r.c.created_at_ms.desc(), _r.c.id.desc()).limit(limit).subquery()
             for status in sorted(statuses)]
     both = union_all(*[select(leg) for leg in legs]).subquery()
-    return PreparedStatement(select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit),
+    return CompiledStatement(select(both).order_by(both.c.created_at_ms.desc(), both.c.id.desc()).limit(limit),
                              sqlite_index=index_named(_r, "ix_runs_bridge_owned_by_cron"))
 
 

@@ -16,18 +16,18 @@ from bridge.domain.events import RunEvent
 from bridge.domain.model import Run
 from bridge.storage.rows import RUN_FIELDS, event_values, run_values
 from bridge.storage.schema import run_events_table, runs_table
-from bridge.storage.statements import PreparedStatement, Statement, StatementResult
+from bridge.storage.statements import CompiledStatement, Statement, StatementResult
 
 _r, _e = runs_table, run_events_table
 # Bind names carry a "b_" prefix because the column names are the SET/VALUES parameters.
-_UPDATE_RUN = PreparedStatement(
+_UPDATE_RUN = CompiledStatement(
     update(_r).where(_r.c.id == bindparam("b_id"), _r.c.version == bindparam("b_version")),
     [f for f in RUN_FIELDS if f != "id"])
-_ADVANCE_RUN = PreparedStatement(
+_ADVANCE_RUN = CompiledStatement(
     update(_r).where(_r.c.id == bindparam("b_id"), _r.c.version == bindparam("b_version"),
                      _r.c.event_sequence == bindparam("b_sequence")),
     ["version", "event_sequence"])
-INSERT_EVENT = PreparedStatement(insert(_e), [c.name for c in _e.columns])
+INSERT_EVENT = CompiledStatement(insert(_e), [c.name for c in _e.columns])
 
 
 def update_run(run: Run, expected_version: int) -> Statement:

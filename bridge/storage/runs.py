@@ -45,7 +45,7 @@ from bridge.storage.schema import (
     runs_table,
     task_snapshots_table,
 )
-from bridge.storage.statements import PreparedStatement, Statement, execute_all
+from bridge.storage.statements import CompiledStatement, Statement, execute_all
 
 # Statements built once and compiled once per dialect (bridge/storage/statements.py). Bind names carry a "b_"
 # prefix because the column names are the SET/VALUES parameters.
@@ -53,20 +53,20 @@ _r, _a, _e = runs_table, run_attempts_table, run_events_table
 _ATTEMPT_FIELDS_NO_ID = [f for f in ATTEMPT_FIELDS if f != "id"]
 
 
-_SELECT_RUN = PreparedStatement(select(_r).where(_r.c.id == bindparam("b_id")))
-_SELECT_RUN_BY_KEY = PreparedStatement(select(_r).where(_r.c.project_id == bindparam("b_project"),
+_SELECT_RUN = CompiledStatement(select(_r).where(_r.c.id == bindparam("b_id")))
+_SELECT_RUN_BY_KEY = CompiledStatement(select(_r).where(_r.c.project_id == bindparam("b_project"),
                                                         _r.c.idempotency_key == bindparam("b_key")))
-_SELECT_ATTEMPT = PreparedStatement(select(_a).where(_a.c.id == bindparam("b_id")))
-_SELECT_ATTEMPTS = PreparedStatement(select(_a).where(_a.c.run_id == bindparam("b_run_id")).order_by(_a.c.attempt))
-_HAS_DEDUPE = PreparedStatement(select(exists().where(and_(_e.c.run_id == bindparam("b_run_id"),
+_SELECT_ATTEMPT = CompiledStatement(select(_a).where(_a.c.id == bindparam("b_id")))
+_SELECT_ATTEMPTS = CompiledStatement(select(_a).where(_a.c.run_id == bindparam("b_run_id")).order_by(_a.c.attempt))
+_HAS_DEDUPE = CompiledStatement(select(exists().where(and_(_e.c.run_id == bindparam("b_run_id"),
                                                            _e.c.dedupe_key == bindparam("b_key")))))
-_INSERT_RUN = PreparedStatement(insert(_r), list(RUN_FIELDS))
-_INSERT_ATTEMPT = PreparedStatement(insert(_a), list(ATTEMPT_FIELDS))
-_UPDATE_ATTEMPT = PreparedStatement(
+_INSERT_RUN = CompiledStatement(insert(_r), list(RUN_FIELDS))
+_INSERT_ATTEMPT = CompiledStatement(insert(_a), list(ATTEMPT_FIELDS))
+_UPDATE_ATTEMPT = CompiledStatement(
     update(_a).where(_a.c.id == bindparam("b_id"), _a.c.status == bindparam("b_status"),
                      _a.c.callback_sequence == bindparam("b_sequence")),
     _ATTEMPT_FIELDS_NO_ID)
-_LIST_EVENTS = PreparedStatement(
+_LIST_EVENTS = CompiledStatement(
     select(_e).where(_e.c.run_id == bindparam("b_run_id"), _e.c.sequence > bindparam("b_after"))
     .order_by(_e.c.sequence).limit(bindparam("b_limit")))
 
@@ -77,7 +77,7 @@ _LIST_EVENTS = PreparedStatement(
 _a_latest = _a.alias("latest")
 _LATEST_ATTEMPT_NO = (select(func.max(_a_latest.c.attempt)).where(_a_latest.c.run_id == _r.c.id)
                       .correlate(_r).scalar_subquery())
-_ACTIVE_CANDIDATES = PreparedStatement(
+_ACTIVE_CANDIDATES = CompiledStatement(
     select(_r, *[_a.c[name].label(f"a__{name}") for name in ATTEMPT_FIELDS])
     .select_from(_r.outerjoin(_a, and_(_a.c.run_id == _r.c.id, _a.c.attempt == _LATEST_ATTEMPT_NO)))
     .where(_r.c.legacy_cron_id == bindparam("b_cron"), text(f"runs.{ACTIVE_STATUS_SQL}"))
@@ -85,13 +85,13 @@ _ACTIVE_CANDIDATES = PreparedStatement(
     sqlite_index=index_named(_r, "ix_runs_active_by_cron"))
 # Whether any open Run has this owner (primary mode asks it before forwarding an end): read from the index of
 # open Runs, like the candidates above, so a long closed history is never walked.
-_ANY_ACTIVE_OWNED_BY = PreparedStatement(
+_ANY_ACTIVE_OWNED_BY = CompiledStatement(
     select(exists().where(text(f"runs.{ACTIVE_STATUS_SQL}"), _r.c.owner == bindparam("b_owner"))),
     sqlite_index=index_named(_r, "ix_runs_active_by_cron"))
 # ON CONFLICT DO NOTHING: concurrent first runs of one revision must not fail each other.
-_INSERT_SNAPSHOT_PG = PreparedStatement(postgresql_insert(task_snapshots_table).on_conflict_do_nothing(
+_INSERT_SNAPSHOT_PG = CompiledStatement(postgresql_insert(task_snapshots_table).on_conflict_do_nothing(
     index_elements=["task_revision"]), [c.name for c in task_snapshots_table.columns])
-_INSERT_SNAPSHOT_SQLITE = PreparedStatement(sqlite_insert(task_snapshots_table).on_conflict_do_nothing(
+_INSERT_SNAPSHOT_SQLITE = CompiledStatement(sqlite_insert(task_snapshots_table).on_conflict_do_nothing(
     index_elements=["task_revision"]), [c.name for c in task_snapshots_table.columns])
 
 
@@ -199,8 +199,8 @@ class SqlRunStore:
         return [ActiveCandidate(run_from_row(row), _latest_attempt_from_row(row)) for row in rows]
 
     def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
-        prepared = _INSERT_SNAPSHOT_PG if self._conn.dialect.name == "postgresql" else _INSERT_SNAPSHOT_SQLITE
-        prepared.execute(self._conn, asdict(snapshot))
+        statement = _INSERT_SNAPSHOT_PG if self._conn.dialect.name == "postgresql" else _INSERT_SNAPSHOT_SQLITE
+        statement.execute(self._conn, asdict(snapshot))
 
     def record_mismatch(self, record: MismatchRecord) -> bool:
         t = mismatches_table

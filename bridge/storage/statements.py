@@ -19,7 +19,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 Params = dict[str, Any]
 # A statement and its parameters: one dict, or a list of them for executemany.
-Statement = tuple["PreparedStatement", Params | list[Params]]
+Statement = tuple["CompiledStatement", Params | list[Params]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ def pin_sqlite_index(sql: str, index: Index) -> str:
     return pinned
 
 
-class PreparedStatement:
+class CompiledStatement:
     """One Core statement, compiled on first use for each dialect into (sql, positional order, defaults).
 
     ``sqlite_index``: an index of the statement's table that its SQLite text must read (``pin_sqlite_index``).
@@ -122,12 +122,12 @@ def execute_all(conn: Connection, statements: list[Statement]) -> list[Statement
     sql, args = "", None
     try:
         with batched:
-            for prepared, params in statements:
-                sql, args = prepared.bind(conn.dialect, params)
+            for statement, params in statements:
+                sql, args = statement.bind(conn.dialect, params)
                 cursor = conn.connection.cursor()
                 cursors.append(cursor)
                 (cursor.executemany if isinstance(params, list) else cursor.execute)(sql, args)
-        return [prepared.collect(conn.dialect, cursor) for (prepared, _), cursor in zip(statements, cursors)]
+        return [statement.collect(conn.dialect, cursor) for (statement, _), cursor in zip(statements, cursors)]
     except dbapi.Error as exc:
         # As Connection._handle_dbapi_exception does: a lost connection is invalidated (so the pool never
         # hands it out again) and the error says so, which lets the unit of work retry on a fresh one.

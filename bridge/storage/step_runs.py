@@ -35,7 +35,7 @@ from bridge.service.ports import StepRunPage
 from bridge.storage.engine import store_capabilities
 from bridge.storage.run_fence import advance_run, fence_held, insert_event
 from bridge.storage.schema import STEP_RUN_MIRROR, runs_table, step_run_mutations_table, step_runs_table
-from bridge.storage.statements import PreparedStatement, Statement, StatementResult, execute_all
+from bridge.storage.statements import CompiledStatement, Statement, StatementResult, execute_all
 from bridge.storage.step_run_queries import SqlStepRunReader, mutation_from_row, step_run_from_record
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 
@@ -54,23 +54,23 @@ _STEP_RUN_FIXED = frozenset({"id", "run_id", "kind", "created_at_ms", "schema_id
 _LEDGER_COLUMNS = [c.name for c in _m.columns]
 
 _PG_BEGIN = [
-    PreparedStatement(text("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")),
-    PreparedStatement(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")),
-    PreparedStatement(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")),
-    PreparedStatement(text(f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_TIMEOUT_MS}")),
+    CompiledStatement(text("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")),
+    CompiledStatement(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")),
+    CompiledStatement(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")),
+    CompiledStatement(text(f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_TIMEOUT_MS}")),
 ]
 # Serialise on the Run: its row lock on PostgreSQL; on SQLite BEGIN IMMEDIATE already holds the store's lock.
-_LOCK_RUN = PreparedStatement(select(_r.c.id, _r.c.status, _r.c.version, _r.c.event_sequence)
+_LOCK_RUN = CompiledStatement(select(_r.c.id, _r.c.status, _r.c.version, _r.c.event_sequence)
                               .where(_r.c.id == bindparam("b_id")).with_for_update())
-_SELECT_MUTATION = PreparedStatement(select(_m).where(_m.c.mutation_id == bindparam("b_id")))
-_SELECT_STEP_RUN = PreparedStatement(select(_s.c.id, _s.c.record).where(_s.c.id == bindparam("b_id")))
-_COUNT_STEP_RUNS = PreparedStatement(select(func.count()).select_from(_s).where(_s.c.run_id == bindparam("b_run_id")))
-_INSERT_STEP_RUN = PreparedStatement(insert(_s), _STEP_RUN_COLUMNS)
-_CAS_STEP_RUN = PreparedStatement(
+_SELECT_MUTATION = CompiledStatement(select(_m).where(_m.c.mutation_id == bindparam("b_id")))
+_SELECT_STEP_RUN = CompiledStatement(select(_s.c.id, _s.c.record).where(_s.c.id == bindparam("b_id")))
+_COUNT_STEP_RUNS = CompiledStatement(select(func.count()).select_from(_s).where(_s.c.run_id == bindparam("b_run_id")))
+_INSERT_STEP_RUN = CompiledStatement(insert(_s), _STEP_RUN_COLUMNS)
+_CAS_STEP_RUN = CompiledStatement(
     update(_s).where(_s.c.id == bindparam("b_id"), _s.c.version == bindparam("b_version"),
                      _s.c.digest == bindparam("b_digest"), _s.c.status == bindparam("b_status")),
     [c for c in _STEP_RUN_COLUMNS if c not in _STEP_RUN_FIXED])
-_INSERT_LEDGER = PreparedStatement(insert(_m), _LEDGER_COLUMNS)
+_INSERT_LEDGER = CompiledStatement(insert(_m), _LEDGER_COLUMNS)
 
 
 class _Retry(Exception):
@@ -142,7 +142,7 @@ class SqlStepRunRepository:
         step = self._checkpoint
         step("serialise")
         creating = isinstance(command, CreateStepRun)
-        reads: list[Statement] = [(prepared, {}) for prepared in self._begin]
+        reads: list[Statement] = [(statement, {}) for statement in self._begin]
         reads += [(_LOCK_RUN, {"b_id": command.run_id}), (_SELECT_MUTATION, {"b_id": command.mutation_id}),
                   (_COUNT_STEP_RUNS, {"b_run_id": command.run_id}) if isinstance(command, CreateStepRun)
                   else (_SELECT_STEP_RUN, {"b_id": command.step_run_id})]

@@ -195,10 +195,10 @@ class Statement:
     named: bool
 
     @classmethod
-    def of(cls, prepared: Any, dialect: Any, names: tuple[str, ...]) -> Statement:
-        # PreparedStatement._for is where SqlRunStore compiles its statements once per dialect: the texts are taken from
+    def of(cls, compiled: Any, dialect: Any, names: tuple[str, ...]) -> Statement:
+        # CompiledStatement._for is where SqlRunStore compiles its statements once per dialect: the texts are taken from
         # there, not written again here, so the two sides cannot drift apart.
-        sql, order, defaults = prepared._for(dialect)
+        sql, order, defaults = compiled._for(dialect)
         assert not defaults, f"a statement with parameters the raw side does not fill: {defaults}"
         assert order is None or tuple(order) == names, f"parameter order {order} is not {names}"
         return cls(sql, names, order is None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
 from bridge.storage.outbox import _NEWEST_ACTIVE, _NEWEST_TERMINAL
-from bridge.storage.statements import PreparedStatement
+from bridge.storage.statements import CompiledStatement
 from tests.projection.conftest import World
 
 SHADOW = ExecutionContext(origin="scheduled_system", evidence="test", task_revision="rev")
@@ -16,7 +16,7 @@ def _callback(cron_id: int, pid: int, exit_code: int | None = None) -> CallbackF
                          received_at_ms=1_796_216_400_000 + pid)
 
 
-def _plans(world: World, statement: PreparedStatement, cron_id: int) -> list[str]:
+def _plans(world: World, statement: CompiledStatement, cron_id: int) -> list[str]:
     """The plans of a statement as it runs (its text for the store, the driver's parameters), over the
     store's life."""
     assert world.backend.engine is not None
