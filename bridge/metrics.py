@@ -27,6 +27,7 @@ from prometheus_client import (
 from bridge.domain.events import EventType, RunEvent
 from bridge.domain.model import Mode, Origin, RunStatus
 from legacy_adapters.database_state import DatabaseState
+from legacy_adapters.routes import STATUS_PATHS, STOP_PATHS
 
 PREFIX = "ql_bridge_"
 _RUN_STATUSES = frozenset(s.value for s in RunStatus)
@@ -51,7 +52,7 @@ _KINDS = frozenset({"unmatched", "ambiguous", "start", "end", "duplicate", "late
 # What a callback was (legacy_callback_total): the status callback's two, the two stops, anything else.
 CALLBACK_KINDS = frozenset({"start", "end", "stop", "instance_stop", "other"})
 _MODES = frozenset(m.value for m in Mode)
-_CALLBACK_PATHS = frozenset({"/open/crons/status", "/api/crons/status", "/open/crons/stop", "/api/crons/stop"})
+_CALLBACK_PATHS = STATUS_PATHS | STOP_PATHS  # the bodies the oversize counter may name
 _LEGACY_STATES = frozenset(s.value for s in DatabaseState) - {DatabaseState.OK.value}
 _LEGACY_USES = frozenset({"shadow", "projection", "recovery", "auth"})
 ONE_PROCESS_HELP = (

@@ -6,9 +6,10 @@ bridge must not treat them as callbacks either. Every other method and path is p
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import Enum
+
+from legacy_adapters.routes import SHELL_STATUS_PATH, STATUS_PATHS, STOP_INSTANCE_PATH, STOP_PATHS
 
 
 class Route(Enum):
@@ -17,12 +18,10 @@ class Route(Enum):
     INSTANCE_STOP = "instance_stop"  # stopInstance: answers HTTP 200 whether it stopped anything or not
 
 
-STATUS_PATHS = frozenset({"/open/crons/status", "/api/crons/status"})
-STOP_PATHS = frozenset({"/open/crons/stop", "/api/crons/stop"})
-# stopInstance (`POST /crons/:id/instances/:instanceId/stop`); 2.x does not check :id against the row's cron.
-STOP_INSTANCE_PATH = re.compile(r"/(?:open|api)/crons/([0-9]{1,15})/instances/([0-9]{1,15})/stop")
-# The task shell's route: primary mode answers it; the panel's calls on /api keep going to 2.x.
-SHELL_STATUS_PATH = "/open/crons/status"
+# The paths are 2.x's (legacy_adapters.routes); primary mode answers only the task shell's, SHELL_STATUS_PATH:
+# the panel's calls on /api keep going to 2.x.
+__all__ = ["SHELL_STATUS_PATH", "STATUS_PATHS", "STOP_INSTANCE_PATH", "STOP_PATHS", "InterceptedRoute", "Route",
+           "intercepted_route"]
 
 
 @dataclass(frozen=True, slots=True)
