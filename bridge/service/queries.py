@@ -133,23 +133,23 @@ class RunQueries(Protocol):
 
 def parse_run_list_query(args: Mapping[str, Sequence[str]]) -> tuple[RunFilters, PageRequest]:
     """Filters and page of ``GET /v3/runs``. Raises InvalidQueryError naming the first bad parameter."""
-    values = _single_values(args, RUN_LIST_PARAMETERS)
+    values = single_values(args, RUN_LIST_PARAMETERS)
     filters = RunFilters(
-        cron_id=_optional(values, "cron_id", lambda raw: _whole("cron_id", raw, _MAX_BIGINT)),
-        origin=_optional(values, "origin", lambda raw: _choice("origin", raw, [o.value for o in Origin])),
-        status=_optional(values, "status", lambda raw: _choice("status", raw, [s.value for s in RunStatus])),
-        since_ms=_optional(values, "since", parse_since),
+        cron_id=optional_value(values, "cron_id", lambda raw: _whole("cron_id", raw, _MAX_BIGINT)),
+        origin=optional_value(values, "origin", lambda raw: _choice("origin", raw, [o.value for o in Origin])),
+        status=optional_value(values, "status", lambda raw: _choice("status", raw, [s.value for s in RunStatus])),
+        since_ms=optional_value(values, "since", parse_since),
     )
-    page = PageRequest(limit=_limit(values, RUNS_LIMIT_DEFAULT, RUNS_LIMIT_MAX),
-                       after=_optional(values, "cursor", RunCursor.decode))
+    page = PageRequest(limit=page_limit(values, RUNS_LIMIT_DEFAULT, RUNS_LIMIT_MAX),
+                       after=optional_value(values, "cursor", RunCursor.decode))
     return filters, page
 
 
 def parse_event_query(args: Mapping[str, Sequence[str]]) -> tuple[int, int]:
     """(after, limit) of ``GET /v3/runs/<id>/events``. Raises InvalidQueryError naming the bad parameter."""
-    values = _single_values(args, EVENT_LIST_PARAMETERS)
-    after = _optional(values, "after", lambda raw: _whole("after", raw, _MAX_BIGINT))
-    return after or 0, _limit(values, EVENTS_LIMIT_DEFAULT, EVENTS_LIMIT_MAX)
+    values = single_values(args, EVENT_LIST_PARAMETERS)
+    after = optional_value(values, "after", lambda raw: _whole("after", raw, _MAX_BIGINT))
+    return after or 0, page_limit(values, EVENTS_LIMIT_DEFAULT, EVENTS_LIMIT_MAX)
 
 
 def parse_since(raw: str) -> int:
@@ -172,7 +172,8 @@ def parse_since(raw: str) -> int:
     return int((moment - _EPOCH) // timedelta(milliseconds=1)) + fraction_ms
 
 
-def _single_values(args: Mapping[str, Sequence[str]], known: frozenset[str]) -> dict[str, str]:
+def single_values(args: Mapping[str, Sequence[str]], known: frozenset[str]) -> dict[str, str]:
+    """The query's parameters, each known here and given once (shared by the Run and StepRun views)."""
     for name, given in args.items():
         if name not in known:
             raise InvalidQueryError(name, f"is not known here (known: {', '.join(sorted(known))})")
@@ -181,7 +182,8 @@ def _single_values(args: Mapping[str, Sequence[str]], known: frozenset[str]) -> 
     return {name: given[0] for name, given in args.items()}
 
 
-def _optional(values: Mapping[str, str], name: str, parse: Callable[[str], T]) -> T | None:
+def optional_value(values: Mapping[str, str], name: str, parse: Callable[[str], T]) -> T | None:
+    """``parse`` of the parameter, or None when it is absent or empty."""
     raw = values.get(name)
     if raw is None or raw == "":
         return None
@@ -200,7 +202,8 @@ def _choice(name: str, raw: str, allowed: Sequence[str]) -> str:
     return raw
 
 
-def _limit(values: Mapping[str, str], default: int, high: int) -> int:
+def page_limit(values: Mapping[str, str], default: int, high: int) -> int:
+    """``limit``: a whole number from 1 to ``high``, ``default`` when absent."""
     raw = values.get("limit")
     if raw is None or raw == "":
         return default

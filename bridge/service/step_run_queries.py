@@ -10,7 +10,7 @@ from typing import Any
 
 from bridge.domain.step_run import StepRun
 from bridge.service.ports import StepRunPage
-from bridge.service.queries import RunCursor, _limit, _optional, _single_values, with_times
+from bridge.service.queries import RunCursor, optional_value, page_limit, single_values, with_times
 
 STEP_RUNS_LIMIT_DEFAULT, STEP_RUNS_LIMIT_MAX = 50, 128  # a page can hold every StepRun of a Run
 STEP_RUN_LIST_PARAMETERS = frozenset({"cursor", "limit"})
@@ -21,10 +21,10 @@ def parse_step_run_query(args: Mapping[str, Sequence[str]]) -> tuple[tuple[int, 
 
     The cursor is the v3 API's one opaque (created_at_ms, id) token, as ``next_cursor`` returns it.
     """
-    values = _single_values(args, STEP_RUN_LIST_PARAMETERS)
-    cursor = _optional(values, "cursor", RunCursor.decode)
+    values = single_values(args, STEP_RUN_LIST_PARAMETERS)
+    cursor = optional_value(values, "cursor", RunCursor.decode)
     after = None if cursor is None else (cursor.created_at_ms, cursor.id)
-    return after, _limit(values, STEP_RUNS_LIMIT_DEFAULT, STEP_RUNS_LIMIT_MAX)
+    return after, page_limit(values, STEP_RUNS_LIMIT_DEFAULT, STEP_RUNS_LIMIT_MAX)
 
 
 def step_run_view(step_run: StepRun) -> dict[str, Any]:
