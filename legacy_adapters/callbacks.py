@@ -132,11 +132,11 @@ def exit_code_as_given(value: int | float | None) -> int | float | None:
 def validate_status_payload(payload: Any) -> StatusCallback:
     """Joi for the status route, then the route's parseInt. Raises LegacyCallbackParseError."""
     if not isinstance(payload, dict):
-        raise _joi_error([], "must be of type object")
+        raise joi_error([], "must be of type object")
     ids = None
     if "ids" in payload:
         if not isinstance(payload["ids"], list):
-            raise _joi_error(["ids"], "must be an array")
+            raise joi_error(["ids"], "must be an array")
         ids = tuple(_joi_number(v, ["ids", i]) for i, v in enumerate(payload["ids"]))
     status = _joi_string(payload, "status", required=True)
     pid = _joi_string(payload, "pid")
@@ -144,7 +144,7 @@ def validate_status_payload(payload: Any) -> StatusCallback:
     numbers = {k: _joi_optional_number(payload, k) for k in ("last_running_time", "last_execution_time", "exit_code")}
     for key in payload:
         if key not in STATUS_KEYS:
-            raise _joi_error([key], "is not allowed")
+            raise joi_error([key], "is not allowed")
     return StatusCallback(
         ids=ids,
         # The route: `body.status ? parseInt(body.status) : undefined`, same for pid.
@@ -160,7 +160,7 @@ def validate_status_payload(payload: Any) -> StatusCallback:
 def validate_id_array(payload: Any) -> tuple[int | float, ...]:
     """Joi ``array().items(number().required())`` as the body of ``/crons/run`` and ``/stop``."""
     if not isinstance(payload, list):
-        raise _joi_error([], "must be an array")
+        raise joi_error([], "must be an array")
     return tuple(_joi_number(v, [i]) for i, v in enumerate(payload))
 
 
@@ -217,7 +217,8 @@ def log_path_digest(log_path: str | None) -> str | None:
 # --- Joi -------------------------------------------------------------------------------
 
 
-def _joi_error(path: list[str | int], text: str) -> LegacyCallbackParseError:
+def joi_error(path: list[str | int], text: str) -> LegacyCallbackParseError:
+    """celebrate's 400 for a Joi failure at ``path``, with 2.x's exact body (legacy-2x.md 3.1)."""
     label = "".join(f"[{p}]" if isinstance(p, int) else ("." if i else "") + p for i, p in enumerate(path)) or "value"
     message = f'"{label}" {text}'
     # celebrate's errors(): keys are detail.path.join('.') passed through escape-html.
@@ -234,15 +235,15 @@ def _joi_error(path: list[str | int], text: str) -> LegacyCallbackParseError:
 def _joi_string(payload: dict[str, Any], key: str, *, required: bool = False) -> str | None:
     if key not in payload:
         if required:
-            raise _joi_error([key], "is required")
+            raise joi_error([key], "is required")
         return None
     value = payload[key]
     if value is None and not required:  # .allow(null) on pid and log_path
         return None
     if not isinstance(value, str):
-        raise _joi_error([key], "must be a string")
+        raise joi_error([key], "must be a string")
     if value == "":
-        raise _joi_error([key], "is not allowed to be empty")
+        raise joi_error([key], "is not allowed to be empty")
     return value
 
 
@@ -254,27 +255,27 @@ def _joi_optional_number(payload: dict[str, Any], key: str) -> int | float | Non
 def _joi_number(value: Any, path: list[str | int]) -> int | float:
     if isinstance(value, str):  # convert: on, from numeric strings only
         if not _JOI_NUMBER.match(value):
-            raise _joi_error(path, "must be a number")
+            raise joi_error(path, "must be a number")
         value = _coerce_numeric_string(value.strip(), path)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise _joi_error(path, "must be a number")
+        raise joi_error(path, "must be a number")
     if isinstance(value, float) and math.isinf(value):
-        raise _joi_error(path, "cannot be infinity")
+        raise joi_error(path, "cannot be infinity")
     if abs(value) > _MAX_SAFE:
-        raise _joi_error(path, "must be a safe number")
+        raise joi_error(path, "must be a safe number")
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _coerce_numeric_string(text: str, path: list[str | int]) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _joi_error(path, "must be a safe number")
+        raise joi_error(path, "must be a safe number")
     # Joi re-derives the string from the double and rejects digits the double cannot hold
     # (e.g. "9007199254740993"); exponent forms are only required to be finite here.
     if "e" not in text.lower():
         shown = _js_number_string(value)
         if "e" not in shown and shown != _joi_normalize_decimal(text):
-            raise _joi_error(path, "must be a safe number")
+            raise joi_error(path, "must be a safe number")
     return value
 
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from legacy_adapters.callbacks import (
     StatusCallback,
-    _joi_error,
     decode_json_body,
+    joi_error,
     validate_id_array,
     validate_status_payload,
 )
@@ -597,10 +597,10 @@ class Legacy2xDouble:
         body = payload if isinstance(payload, dict) else {}
         for key in body:
             if key != "lang":
-                raise _joi_error([key], "is not allowed")
+                raise joi_error([key], "is not allowed")
         lang = body.get("lang")
         if lang is not None and not isinstance(lang, str):
-            raise _joi_error(["lang"], "must be a string")
+            raise joi_error(["lang"], "must be a string")
         lang = lang or "zh"  # the Auths row is not modelled: the double has no systemConfig to rewrite
         self._set_lang(lang)
         return _json(200, {"code": 200, "data": {"lang": lang}})
