@@ -272,7 +272,7 @@ def _recovering_first(reconciler: Reconciler, store: Store, metrics: BridgeMetri
 
 def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService | None,
                      modes: ModeSource | None = None, *, reader: LegacyReader | None = None,
-                     reconcile_store: ReconcileStore | None = None) -> Reconciler:
+                     reconcile_store: ReconcileStore | None = None, probe: ProcProbe | None = None) -> Reconciler:
     """The reconcile pass, over ``reconcile_store`` when given (else one on the store's engine). Without
     ``flags`` (a test's fixed modes), ``modes`` alone decides and every origin counts as enabled from the start."""
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
@@ -289,7 +289,8 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
         scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
-                                   lookback_s=settings.reconcile_lookback_s))
+                                   lookback_s=settings.reconcile_lookback_s),
+        probe=probe)
 
 
 def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> LegacyReader:

@@ -123,6 +123,7 @@ class Reconciler:
         self._enabled_since = enabled_since
         self._settings = settings or ReconcileSettings()
         self._probe = probe or ProcProbe()
+        self._judges_processes = False
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
         self._cron = lru_cache(maxsize=4096)(self._read_cron)
         self._findings = 0
@@ -143,6 +144,9 @@ class Reconciler:
 
     def _guarded_pass(self, started: int) -> PassResult:
         self._cron.cache_clear()
+        # Without 2.x's processes in sight (another pid namespace) no process can be proved gone: a pid here
+        # may be anything of ours, so no instance is judged stuck in such a pass.
+        self._judges_processes = self._probe.sees_legacy()
         pass_id = self._store.open_pass(started)
         try:
             stats = self._pass(pass_id, started)
@@ -264,7 +268,7 @@ class Reconciler:
     def _compare(self, instance: LegacyInstance, run: dict[str, Any], stats: dict[str, int]) -> bool:
         if instance.status == InstanceStatus.RUNNING:
             handle = ProcessHandle.from_json(run.get("executor_handle"))
-            alive = self._probe.same_process(instance.pid, handle)
+            alive = self._probe.same_process(instance.pid, handle) if self._judges_processes else None
             self._emit(compare_running(instance, run, alive))
         elif run["status"] in ACTIVE_RUN_STATUSES and self._pending.waiting_runs([run["id"]]):
             return False  # its end is kept: the stop decider closes the Run, with its exit code, within the window

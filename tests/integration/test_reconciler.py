@@ -59,7 +59,8 @@ def world(sql_backend: Backend, tmp_path: Path) -> Iterator[World]:
     reader = LegacyReader(data.database_path)
     interceptor = wiring.interceptor(settings, bridge, modes, reader=reader, keep_ends=False)
     store = SqlReconcileStore(sql_backend.engine)
-    reconciler = wiring.reconciler(settings, bridge, modes, reader=reader, reconcile_store=store)
+    reconciler = wiring.reconciler(settings, bridge, modes, reader=reader, reconcile_store=store,
+                                   probe=InLegacyNamespace())
     with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
         yield World(data=data, runs=bridge.runs, store=store,
                     interceptor=interceptor, http=http, settings=settings, bridge=bridge, double=double,
@@ -136,6 +137,19 @@ def test_a_start_time_beyond_the_tolerance_is_found(world: World, sql_backend: B
         conn.execute(update(run_attempts_table).where(run_attempts_table.c.pid == 16)
                      .values(started_at_ms=run_attempts_table.c.started_at_ms - 60_000))
     assert world.reconcile() == []
+
+
+def test_no_run_is_stuck_when_2xs_processes_are_out_of_sight(world: World) -> None:
+    # Another pid namespace: the shell's pid here proves nothing, whatever runs under it.
+    unseeing = wiring.reconciler(world.settings, world.bridge, StaticModes(frozenset(ALL_ORIGINS.split(","))),
+                                 reader=LegacyReader(world.data.database_path), reconcile_store=world.store,
+                                 probe=OutOfLegacyNamespace())
+    c = cron(world)
+    with live_shell() as shell:
+        world.via_bridge(start(c, shell.pid, "o.log"))
+    assert unseeing.run_once().result == "ok"
+    assert world.store.open_mismatches("stuck") == []
+    assert world.reconcile() == [("stuck", c)]  # the same pass where 2.x's processes are in sight
 
 
 def test_a_stuck_run_is_found_when_its_shell_is_provably_gone(world: World) -> None:
@@ -230,6 +244,13 @@ class InLegacyNamespace(ProcProbe):
 
     def sees_legacy(self) -> bool:
         return True
+
+
+class OutOfLegacyNamespace(ProcProbe):
+    """This machine's /proc, read from another pid namespace than 2.x's."""
+
+    def sees_legacy(self) -> bool:
+        return False
 
 
 def recover(world: World) -> dict[str, int]:

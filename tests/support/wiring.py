@@ -73,12 +73,13 @@ def interceptor(settings: Settings, store: Store, modes: ModeSource, *, metrics:
 
 
 def reconciler(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
-               reader: LegacyReader | None = None, reconcile_store: ReconcileStore | None = None) -> Reconciler:
+               reader: LegacyReader | None = None, reconcile_store: ReconcileStore | None = None,
+               probe: ProcProbe | None = None) -> Reconciler:
     """bootstrap.build_reconciler without flags: ``modes`` decides, and every origin counts as enabled from the
     start. Grace, tolerance and lookback come from ``settings`` (BRIDGE_RECONCILE_*). Pass the test's own
     ``reconcile_store`` where the test patches or reads that very object."""
     return build_reconciler(settings, store, metrics or BridgeMetrics(), None, modes, reader=reader,
-                            reconcile_store=reconcile_store)
+                            reconcile_store=reconcile_store, probe=probe)
 
 
 def recover(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
