@@ -117,8 +117,7 @@ class SocketForward:
                 if not self._idle:
                     return None
                 sock = self._idle.pop()
-            readable, _, _ = select.select([sock], [], [], 0)
-            if not readable:
+            if not _readable_now(sock):
                 return sock
             sock.close()  # readable while idle: 2.x closed it (EOF) or sent what nobody asked for
 
@@ -177,6 +176,14 @@ class SocketForward:
             if time.monotonic() > deadline:
                 raise httpx.ReadTimeout("2.x's answer did not end in time")
         return reading.answer(parser), reading.keep_alive
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    """Whether the socket has something to read, or its end, right now (poll: any descriptor number, where
+    select() fails past 1024, which a bridge holding hundreds of panel streams reaches)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class _ClosedUnanswered(httpx.RemoteProtocolError):

@@ -7,6 +7,8 @@ gives it, so the wire on both sides is what is asserted (what an httpx client wo
 from __future__ import annotations
 
 import gzip
+import os
+import resource
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -181,3 +183,21 @@ def test_2x_not_listening_is_a_connect_error() -> None:
 def test_only_plain_http_is_spoken() -> None:
     with pytest.raises(ValueError, match="http://"):
         SocketForward("https://ql.example:5700", timeout_s=1)
+
+
+def test_kept_connections_are_checked_at_any_descriptor_number(peer: ScriptedPeer) -> None:
+    # A bridge holding hundreds of panel streams has sockets numbered past 1024, where select() gives up.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may open only {hard} files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        bridge = forward(peer.url)
+        assert bridge("PUT", b"/open/crons/status", HEADERS, b"{}").status == 200  # its socket is past 1024
+        assert bridge("PUT", b"/open/crons/status", HEADERS, b"{}").status == 200  # the kept one, checked
+        assert peer.connections == 1
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
