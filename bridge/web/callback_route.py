@@ -2,8 +2,8 @@
 
 The body (a task shell's is ~250 bytes) is read on the event loop; then the whole exchange, the interceptor's
 blocking steps (parsing with 2.x's rules, 2.x's Crontabs read, the shadow write's wait) and the forward between
-them, runs in one hop on the callback pool, a thread pool that nothing else uses, with a connection pool to 2.x
-of its own (the container's client), so no panel request, stream or WebSocket can queue a callback behind it.
+them, runs in one hop on the callback pool, a thread pool that nothing else uses, with connections to 2.x of
+its own (legacy_adapters.http_forward), so no panel request, stream or WebSocket can queue a callback behind it.
 2.x's answer goes back unchanged (fail-open); in primary mode the interceptor's LocalAnswer goes back instead
 and nothing is forwarded.
 """
@@ -16,6 +16,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
+from contextlib import suppress
 from functools import partial
 from typing import Protocol, TypeVar
 
@@ -55,10 +56,14 @@ class WireHeaders(Mapping[str, str]):
         return b", ".join(values).decode("latin-1")
 
     def __iter__(self) -> Iterator[str]:
-        return (key.decode("latin-1") for key, _ in self._raw)
+        return iter(self._names())
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return len(self._names())
+
+    def _names(self) -> dict[str, None]:
+        """Each name once, in the order it first came (repeated ones are one entry, as in __getitem__)."""
+        return dict.fromkeys(key.decode("latin-1") for key, _ in self._raw)
 
 
 class CallbackInterceptor(Protocol):
@@ -160,7 +165,7 @@ def on_pool(pool: Executor, work: Callable[[], T]) -> asyncio.Future[T]:
             result, exc = work(), None
         except BaseException as caught:  # noqa: BLE001 - handed to the awaiting coroutine, as run_in_executor does
             result, exc = None, caught
-        if not loop.is_closed():  # a loop closed meanwhile has nobody left to answer
+        with suppress(RuntimeError):  # a loop closed meanwhile has nobody left to answer
             loop.call_soon_threadsafe(_settle, settled, result, exc)
 
     pool.submit(run)

@@ -27,8 +27,7 @@ JSON_2X = "application/json; charset=utf-8"  # what Express's res.json sets
 # Node's http server refuses more than 16 KiB of request line and headers with 431; the bridge allows four
 # times as much, so it never refuses what 2.x would answer, and bounds what one connection may pin.
 HEADER_LIMIT_BYTES = 64 * 1024
-REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Payload Too Large",
-           431: "Request Header Fields Too Large", 501: "Not Implemented"}
+REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,8 @@ def refusal(status: int) -> bytes:
 
 
 def _head_size(target: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    """The head's size as sent: the request line (its method, spaces and version within 20 bytes), then each
+    header with its colon, space and line end."""
     return len(target) + 20 + sum(len(k) + len(v) + 4 for k, v in headers)
 
 
