@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from bridge.demo import bridge_process, free_port, migrated, serve_env
 from legacy_adapters.seam_block import render_block
 from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
+from tests.support.listeners import hung as hung_port
 
 # share.sh's import_config, reduced to what decides the port (legacy_adapters/task_shell.py runs the same).
 IMPORT_CONFIG = ('file_config_user=$1; import_config() { [[ -f $file_config_user ]] && . $file_config_user; '
@@ -52,14 +50,6 @@ def report(label: str, folder: Path, port: int, runs: int) -> None:
           f"(p95 {block[1]:6.1f}) -> port {block[2]}; the block adds {block[0] - base[0]:6.1f} ms at the median")
 
 
-@contextmanager
-def hung_listener() -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        yield int(sock.getsockname()[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100)
@@ -73,7 +63,7 @@ def main() -> None:
         with bridge_process(env, f"http://127.0.0.1:{port}"):
             report("bridge up (ql-bridge serve)", folder, port, runs)
     report("bridge down (refused)", folder, port, runs)
-    with hung_listener() as hung:
+    with hung_port() as hung:
         report("bridge hung (never answers)", folder, hung, max(5, runs // 10))
 
 
