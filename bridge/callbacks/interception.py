@@ -99,6 +99,7 @@ class PreparedCallback:
     shell_handle: str | None = None
     unreadable: frozenset[int] = frozenset()  # ids whose Crontabs row could not be read (2.x held its lock)
     read_ahead: Future[list[ActiveCandidate]] | None = None  # an end's open Runs, read during the forward
+    origins: dict[int, OriginDecision] = field(default_factory=dict)  # a start's, per cron 2.x knows
 
 
 Prepared: TypeAlias = PreparedCallback | PreparedStop | PreparedInstanceStop | LocalAnswer
@@ -163,8 +164,12 @@ class ShadowInterceptor:
             except LegacyDatabaseError:
                 before[cron_id] = None
                 unreadable.add(cron_id)
+        begin_s = _begin_seconds(callback)
+        origins = {cron_id: infer_start_origin(cron, callback.pid, callback.log_path, begin_s, self._scheduler_mode,
+                                               self._tz)
+                   for cron_id, cron in before.items() if cron is not None}
         prepared = PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None,
-                                    frozenset(unreadable))
+                                    frozenset(unreadable), origins=origins)
         return self._answer_if_primary(path, prepared, headers) or prepared
 
     def _with_read_ahead(self, prepared: PreparedCallback) -> PreparedCallback:
@@ -185,14 +190,12 @@ class ShadowInterceptor:
         cron = prepared.crons_before.get(prepared.cron_ids[0])
         if cron is None:
             return None  # 2.x does not know the id: let 2.x say so
-        callback = prepared.callback
-        decision = infer_start_origin(cron, callback.pid, callback.log_path, _begin_seconds(callback),
-                                      self._scheduler_mode, self._tz)
+        decision = prepared.origins[cron.id]
         if self._modes.mode_for(decision.origin) is not Mode.PRIMARY:
             return None
         context = self._context(cron, decision, prepared.shell_handle, mode=Mode.PRIMARY)
         assert context is not None
-        facts = _facts(callback, cron.id, prepared.received_at_ms, keep_log_path=True)
+        facts = _facts(prepared.callback, cron.id, prepared.received_at_ms, keep_log_path=True)
         return self._primary.answer(headers, lambda: self._recorder.record_start(facts, context))
 
     def _answer_if_bridge_owned(self, path: str, prepared: PreparedCallback,
@@ -279,10 +282,7 @@ class ShadowInterceptor:
             if cron is None:  # 2.x does not know this id: it changed nothing, neither do we
                 self._metrics.callback_unmatched(None, "unmatched")
                 return None
-            begin_s = _begin_seconds(callback)
-            decision = infer_start_origin(cron, callback.pid, callback.log_path, begin_s, self._scheduler_mode,
-                                          self._tz)
-            context = self._context(cron, decision, prepared.shell_handle)
+            context = self._context(cron, prepared.origins[cron_id], prepared.shell_handle)
             return self._recorder.record_start(facts, context) if context else None
         read_ahead = _read_ahead_result(prepared.read_ahead)
         kept = self._stops.keep(facts, read_ahead)  # a signal exit waits for 2.x's evidence of a stop
