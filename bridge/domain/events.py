@@ -118,6 +118,9 @@ class Actor:
     id: str | None = None
 
 
+SHELL = Actor(ActorType.LEGACY_SHELL)  # 2.x's task shell: the actor of every fact a status callback brings
+
+
 # Stable, low-sensitivity fields only. Anything else is refused, so a new field is a reviewed change.
 PAYLOAD_ALLOWLIST: frozenset[str] = frozenset({
     "from", "to", "attempt", "attempt_id", "exit_code", "error_code", "reason", "origin", "mode",

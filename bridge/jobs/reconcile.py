@@ -33,10 +33,11 @@ from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import Mode
 from bridge.jobs.stop_decisions import RECONCILER, legacy_stop_code
 from bridge.metrics import BridgeMetrics
+from bridge.service.pending_ends import PendingEndStore
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.reconcile import ReconcileStore
 from bridge.service.run_service import RunService, RunTransaction
-from bridge.service.shadow import PendingEndStore, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.errors import translate_operational_error
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key, instance_import_key, speaking_row

@@ -30,9 +30,10 @@ from bridge.domain.events import ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.jobs.stop_decisions import RECONCILER, StopDecisions, instance_of, legacy_stop_code
 from bridge.service.clock import SystemClock
+from bridge.service.pending_ends import PendingEndStore
 from bridge.service.reconcile import UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
-from bridge.service.shadow import PendingEndStore, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe

@@ -8,8 +8,9 @@ Everything for one callback is one transaction. The same recorder serves primary
 under primary is owned by the bridge, keeps 2.x's log_path for the projection, and every change of it
 adds a projection outbox row in the same transaction.
 
-A signal exit (128 + N) is no proof of a stop: the end may be kept (PendingEnd) while 2.x's evidence comes
-in, and its Run is then closed as decided (EndVerdict): cancelled with the stop's source, or by its exit code.
+A signal exit (128 + N) is no proof of a stop: the end may be kept while 2.x's evidence comes in
+(bridge.service.pending_ends), and its Run is then closed as decided: cancelled with the stop's source, or by
+its exit code.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Protocol
 
 from bridge.domain.aggregate import RunChange
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
-from bridge.domain.events import STOP_CODES, Actor, ActorType, ErrorCode, EventType
+from bridge.domain.events import SHELL, Actor, ErrorCode, EventType
 from bridge.domain.keys import execution_key
 from bridge.domain.ladder import bring_attempt_to_running, bring_run_to_running, open_to_running
 from bridge.domain.mismatches import MismatchKind
@@ -36,6 +36,7 @@ from bridge.domain.model import (
     RunStatus,
     new_legacy_run,
 )
+from bridge.service.pending_ends import EndVerdict, PendingEnd
 from bridge.service.ports import (
     ActiveCandidate,
     DedupeKeyTakenError,
@@ -47,7 +48,6 @@ from bridge.service.run_service import RunService, RunTransaction
 
 CANDIDATE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
 STORED_REVISIONS_KEPT = 4096
-SHELL = Actor(ActorType.LEGACY_SHELL)
 _SYNTH = {"synthesized": True}
 
 
@@ -100,66 +100,6 @@ class Outcome(StrEnum):
     UNMATCHED = "unmatched"
     CANCELLED = "cancelled"
     DEFERRED = "deferred"  # a signal exit kept until 2.x's evidence of a stop decides it
-
-
-@dataclass(frozen=True, slots=True)
-class EndVerdict:
-    """How a pending end closes its Run: ``stop`` None closes it by its exit code, a stop code cancels it.
-
-    The code is the Run's and the Attempt's error_code and the Run's cancel_reason; ``evidence`` says what
-    decided it (it goes into the event payloads).
-    """
-
-    stop: ErrorCode | None
-    evidence: str
-    actor: Actor = SHELL
-    requested_at_ms: int | None = None  # when the stop was asked for, if the bridge saw it asked
-
-    def __post_init__(self) -> None:
-        if self.stop is not None and self.stop not in STOP_CODES:
-            raise ValueError(f"{self.stop} is not a stop code")
-
-
-@dataclass(frozen=True, slots=True)
-class PendingEnd:
-    """An end callback kept during the stop-decision window: the observed end and the Run it closes."""
-
-    facts: CallbackFacts
-    run_id: str
-    run_created_at_ms: int
-    due_at_ms: int
-    id: int | None = None
-    attempts: int = 0
-
-    @property
-    def dedupe_key(self) -> str:
-        return f"{self.facts.cron_id}:{self.facts.end_key}"
-
-
-class PendingEndStore(Protocol):
-    """The pending ends (bridge.storage.pending_ends); each call is one short transaction of its own."""
-
-    def add(self, end: PendingEnd) -> bool:
-        """Keep the end unless the same end is kept already; True when it was added."""
-        ...
-
-    def due(self, now_ms: int, limit: int) -> list[PendingEnd]:
-        """Ends whose window is over, the longest due first."""
-        ...
-
-    def for_cron(self, cron_id: int, received_since_ms: int) -> list[PendingEnd]:
-        """The cron's pending ends that reached the bridge at or after ``received_since_ms``."""
-        ...
-
-    def waiting_runs(self, run_ids: Collection[str]) -> set[str]:
-        """Which of these Runs have an end kept."""
-        ...
-
-    def postpone(self, end_id: int, due_at_ms: int) -> None:
-        """Decide this end later (counts the attempt)."""
-        ...
-
-    def remove(self, end_ids: Sequence[int]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

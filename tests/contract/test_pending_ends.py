@@ -3,7 +3,8 @@ stop path, the reconciler and recovery make."""
 
 from __future__ import annotations
 
-from bridge.service.shadow import CallbackFacts, PendingEnd
+from bridge.service.pending_ends import PendingEnd
+from bridge.service.shadow import CallbackFacts
 from bridge.storage.pending_ends import SqlPendingEnds
 from tests.conftest import Backend
 
