@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.jobs.housekeeping import Prune
     from bridge.jobs.import_legacy.summary import ImportSummary
+    from bridge.jobs.project import ProjectorThread
     from bridge.jobs.reconcile import Reconciler
     from bridge.jobs.stop_decisions import StopDecisions
     from bridge.metrics_store import StoreGauges
@@ -137,9 +138,10 @@ def build_callback_forward(settings: Settings) -> CallbackForward | None:
     return SocketForward(settings.legacy_url, timeout_s=settings.forward_timeout_s)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Container:
-    """Everything one bridge process uses; the web app and the CLI receive it ready-made."""
+    """Everything one bridge process uses, built whole before anything uses it; the web app and the CLI receive
+    it ready-made."""
 
     settings: Settings
     metrics: BridgeMetrics
@@ -149,15 +151,8 @@ class Container:
     modes: CachedModes | None = None  # the flags in force for the callback path and the reconciler
     interceptor: ShadowInterceptor | None = None  # the callback path, or None for a pure pass-through
     callback_forward: CallbackForward | None = None  # the callbacks' forward to 2.x; None: through ``http``
-    closers: list[Callable[[], object]] = field(default_factory=list)
-
-    @cached_property
-    def token_authority(self) -> LegacyTokenAuthority | None:
-        """2.x's App tokens as 2.x checks them (legacy_adapters.auth), or None without a 2.x data dir."""
-        from legacy_adapters.auth import LegacyTokenAuthority
-
-        keyv_path = self.settings.legacy_keyv_path
-        return LegacyTokenAuthority(keyv_path) if keyv_path is not None else None
+    token_authority: LegacyTokenAuthority | None = None  # 2.x's App tokens (the /v3 API's authorisation)
+    closers: tuple[Callable[[], object], ...] = ()  # run in reverse order by ``close``
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -167,10 +162,29 @@ class Container:
             self.store.close()
 
 
+@dataclass(frozen=True)
+class CallbackPath:
+    """The callback machinery, built once by ``build_callback_path``: the recorder every shadow write goes
+    through, the stop decisions that record through that same recorder (so a kept end and the Run it closes are
+    seen alike), and the interceptor that feeds them."""
+
+    recorder: ShadowRecorder
+    stops: StopDecisions
+    interceptor: ShadowInterceptor
+
+
 def build_flags(store: Store) -> FlagService:
     from bridge.storage.flags import SqlFlagStore
 
     return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms, primary_available=True)
+
+
+def build_token_authority(settings: Settings) -> LegacyTokenAuthority | None:
+    """2.x's App tokens as 2.x checks them (legacy_adapters.auth), or None without a 2.x data dir."""
+    from legacy_adapters.auth import LegacyTokenAuthority
+
+    keyv_path = settings.legacy_keyv_path
+    return LegacyTokenAuthority(keyv_path) if keyv_path is not None else None
 
 
 def build_store_gauges(settings: Settings, store: Store) -> StoreGauges:
@@ -185,59 +199,74 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
                     recovery_deferred: bool = False) -> Container:
     """Everything `ql-bridge serve` runs on. Raises BridgeError when 2.x's data directory is foreign.
 
-    ``recovery_deferred``: startup recovery could not read 2.x's database; the reconcile schedule runs it
-    again before each pass until it has settled every Run."""
+    ``schedule_reconciler``: the serving process, which also runs the projector, the stop decider, reconcile
+    and housekeeping. ``recovery_deferred``: startup recovery could not read 2.x's database; the reconcile
+    schedule runs it again before each pass until it has settled every Run."""
     metrics = BridgeMetrics()
     store = build_store(settings, metrics=metrics)
-    container = Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store,
-                          callback_forward=build_callback_forward(settings))
-    if container.callback_forward is not None:
-        container.closers.append(container.callback_forward.close)
+    closers: list[Callable[[], object]] = []
+    callback_forward = build_callback_forward(settings)
+    if callback_forward is not None:
+        closers.append(callback_forward.close)
     metrics.registry.register(build_store_gauges(settings, store))
-    container.flags = build_flags(store)
-    modes = container.modes = CachedModes(container.flags, max_stale_s=settings.flags_max_stale_s,
-                                          on_failure=metrics.flags_refresh_failed)
+    flags = build_flags(store)
+    modes = CachedModes(flags, max_stale_s=settings.flags_max_stale_s, on_failure=metrics.flags_refresh_failed)
     metrics.watch_flags_age(modes.cache.age_s)
+    authority = build_token_authority(settings)
+    interceptor = None
     if settings.legacy_database_path is not None:
         # One reader for the callback path and the reconciler, keeping a few connections open: a Crontabs
         # lookup precedes every start callback. Closed last (closers run in reverse).
         reader = build_legacy_reader(settings, keep_connections=KEPT_LEGACY_CONNECTIONS)
-        container.closers.append(reader.close)
+        closers.append(reader.close)
         notify: Callable[[], None] = lambda: None  # noqa: E731 - no projector outside `bridge serve`
         if schedule_reconciler:  # the serving process: it also keeps 2.x's columns current (primary mode)
-            from bridge.jobs.project import start_projector_thread
-            from bridge.storage.outbox import SqlOutbox
-            from legacy_adapters.status_writer import LegacyStatusWriter
-
-            projector = start_projector_thread(SqlOutbox(store.engine),
-                                               LegacyStatusWriter(settings.legacy_database_path), metrics)
-            container.closers.append(projector.close)
+            projector = start_serving_projector(store, settings.legacy_database_path, metrics, SystemClock())
+            closers.append(projector.close)
             notify = projector.notify
-        from bridge.service.shadow import ShadowRecorder
+        callbacks = build_callback_path(settings, store, metrics, modes, reader=reader, auth=authority,
+                                        on_primary_commit=notify)
+        interceptor = callbacks.interceptor
+        closers.append(interceptor.close)
+        if schedule_reconciler:
+            closers.extend(_start_jobs(settings, store, metrics, flags, modes, reader, callbacks.stops,
+                                       recovery_deferred=recovery_deferred))
+    return Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store,
+                     flags=flags, modes=modes, interceptor=interceptor, callback_forward=callback_forward,
+                     token_authority=authority, closers=tuple(closers))
 
-        recorder = ShadowRecorder(store.runs)
-        stops = build_stop_decisions(settings, store, recorder, reader)
-        interceptor = build_interceptor(settings, store, metrics, modes, on_primary_commit=notify, reader=reader,
-                                        recorder=recorder, stops=stops, auth=container.token_authority)
-        container.interceptor = interceptor
-        container.closers.append(interceptor.close)
-        if schedule_reconciler:  # pending ends decided once their window is over; reconcile and housekeeping
-            from bridge.jobs.housekeeping import INTERVAL_S, run_housekeeping
-            from bridge.jobs.schedule import start_reconcile_schedule
-            from bridge.jobs.stop_decisions import StopDeciderThread, decider_interval_s
 
-            decider = StopDeciderThread(stops, decider_interval_s(settings.stop_decision_window_s))
-            container.closers.append(decider.start().close)
+def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService, modes: CachedModes,
+                reader: LegacyReader, stops: StopDecisions, *,
+                recovery_deferred: bool) -> list[Callable[[], object]]:
+    """What runs beside the callbacks in the serving process: pending ends decided once their window is over,
+    reconcile and housekeeping. Returns their closers."""
+    from bridge.jobs.housekeeping import INTERVAL_S, run_housekeeping
+    from bridge.jobs.schedule import start_reconcile_schedule
+    from bridge.jobs.stop_decisions import StopDeciderThread, decider_interval_s
 
-            reconciler = build_reconciler(settings, store, metrics, container.flags, modes, reader=reader)
-            clock = SystemClock()
-            job = _recovering_first(reconciler, store, metrics) if recovery_deferred else reconciler.run_once
-            prunes = bookkeeping_prunes(store.engine)
-            scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
-                                                 lambda: run_housekeeping(prunes, clock.now_ms()),
-                                                 INTERVAL_S)
-            container.closers.append(lambda: scheduler.shutdown(wait=True))
-    return container
+    decider = StopDeciderThread(stops, decider_interval_s(settings.stop_decision_window_s)).start()
+    reconciler = build_reconciler(settings, store, metrics, flags, modes, reader=reader)
+    clock = SystemClock()
+    job = _recovering_first(reconciler, store, metrics) if recovery_deferred else reconciler.run_once
+    prunes = bookkeeping_prunes(store.engine)
+    scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
+                                         lambda: run_housekeeping(prunes, clock.now_ms()), INTERVAL_S)
+    return [decider.close, lambda: scheduler.shutdown(wait=True)]
+
+
+def start_serving_projector(store: Store, legacy_database_path: str | PathLike[str], metrics: BridgeMetrics,
+                            clock: Clock, interval_s: float = 2.0) -> ProjectorThread:
+    """The projector thread of the serving process (bridge.jobs.project), started: it keeps 2.x's columns current
+    for the executions the bridge owns."""
+    from bridge.jobs.project import start_projector_thread
+    from bridge.storage.outbox import SqlOutbox
+    from legacy_adapters.status_writer import LegacyStatusWriter
+    from projections.projector import Projector
+
+    outbox, writer = SqlOutbox(store.engine), LegacyStatusWriter(legacy_database_path)
+    return start_projector_thread(Projector(outbox, writer, metrics, clock), outbox, writer, clock, metrics,
+                                  interval_s=interval_s)
 
 
 def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
@@ -325,38 +354,39 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
     return ZoneInfo(settings.legacy_tz or local_zone_name())
 
 
+def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource, *,
+                        reader: LegacyReader | None = None, auth: LegacyTokenAuthority | None = None,
+                        on_primary_commit: Callable[[], None] = lambda: None, keep_ends: bool = True,
+                        clock: Clock | None = None) -> CallbackPath:
+    """The callback path: one recorder, the stop decisions recording through it, and the interceptor feeding
+    them, checking tokens with ``auth`` (2.x's own when not given). ``keep_ends=False`` keeps no end: each end
+    closes its Run at once, and relayed stops still apply."""
+    from bridge.callbacks.interception import ShadowInterceptor
+    from bridge.service.shadow import ShadowRecorder
+
+    reader = reader or build_legacy_reader(settings)
+    clock = clock or SystemClock()
+    recorder = ShadowRecorder(store.runs)
+    stops = build_stop_decisions(settings, store, recorder, reader, keep_ends=keep_ends, clock=clock)
+    interceptor = ShadowInterceptor(
+        recorder, reader, modes, metrics, clock,
+        budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        auth=auth or build_token_authority(settings), on_primary_commit=on_primary_commit,
+        read_ahead=store_capabilities(store.engine).reads_are_round_trips, stops=stops)
+    return CallbackPath(recorder, stops, interceptor)
+
+
 def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecorder, reader: LegacyReader, *,
-                         keep_ends: bool = True) -> StopDecisions:
-    """The stop decisions: ends with a signal exit kept in the store until 2.x's evidence of a stop decides.
-    ``keep_ends=False`` keeps none: each end closes its Run at once, and relayed stops still apply."""
+                         keep_ends: bool = True, clock: Clock | None = None) -> StopDecisions:
+    """Stop decisions recording through ``recorder``: ends with a signal exit kept in the store until 2.x's
+    evidence of a stop decides (none kept with ``keep_ends=False``)."""
     from bridge.jobs.stop_decisions import StopDecisions
     from bridge.storage.pending_ends import SqlPendingEnds
 
     pending = (SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes)
                if keep_ends else None)
-    return StopDecisions(recorder, reader, pending, SystemClock(), window_ms=settings.stop_decision_window_s * 1000)
-
-
-def build_interceptor(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource,
-                      on_primary_commit: Callable[[], None] = lambda: None, *, reader: LegacyReader | None = None,
-                      recorder: ShadowRecorder | None = None, stops: StopDecisions | None = None,
-                      auth: LegacyTokenAuthority | None = None) -> ShadowInterceptor:
-    """The callback path's interceptor: it records through ``recorder``, feeds ``stops`` (which must record
-    through the same recorder) and checks tokens with ``auth``; each is built here when not given."""
-    from bridge.callbacks.interception import ShadowInterceptor
-    from bridge.service.shadow import ShadowRecorder
-    from legacy_adapters.auth import LegacyTokenAuthority
-
-    assert settings.legacy_keyv_path is not None
-    reader = reader or build_legacy_reader(settings)
-    recorder = recorder or ShadowRecorder(store.runs)
-    return ShadowInterceptor(
-        recorder, reader, modes, metrics, SystemClock(),
-        budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
-        auth=auth or LegacyTokenAuthority(settings.legacy_keyv_path),
-        on_primary_commit=on_primary_commit,
-        read_ahead=store_capabilities(store.engine).reads_are_round_trips,
-        stops=stops or build_stop_decisions(settings, store, recorder, reader))
+    return StopDecisions(recorder, reader, pending, clock or SystemClock(),
+                         window_ms=settings.stop_decision_window_s * 1000)
 
 
 def run_legacy_import(settings: Settings, **options: Any) -> ImportSummary:
@@ -419,6 +449,6 @@ def report_sources(engine: Engine) -> ReportSources:
     from bridge.service.reports import ReportSources
     from bridge.storage.report_queries import ReportQueries
 
-    queries, readers = ReportQueries(engine), build_readers(engine)
+    queries, readers, clock = ReportQueries(engine), build_readers(engine), SystemClock()
     return ReportSources(reads=queries, archive=queries, coverage=readers.coverage,
-                         outbox_status=partial(projection_status, readers.outbox))
+                         outbox_status=lambda: projection_status(readers.outbox, clock.now_ms()))

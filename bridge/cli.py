@@ -228,6 +228,7 @@ def status() -> None:
     """Show the bridge store's schema revision and what it has recorded."""
     from bridge.bootstrap import build_flags
     from bridge.jobs.project import projection_status
+    from bridge.service.clock import SystemClock
     from bridge.storage.summary import summarize
 
     settings = _settings()
@@ -238,7 +239,7 @@ def status() -> None:
         if summary.up_to_date:
             modes = ", ".join(f"{o}={m.value}" for o, m in build_flags(store).modes().items() if m.value != "off")
             modes = modes or "every origin off (pure pass-through)"
-            outbox = projection_status(store.readers.outbox)
+            outbox = projection_status(store.readers.outbox, SystemClock().now_ms())
             bypassed = _seam_findings(store)
     finally:
         store.close()

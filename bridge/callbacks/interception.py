@@ -1,17 +1,17 @@
 """ShadowInterceptor: watches the status callbacks on their way to 2.x and records them.
 
-Shadow (fail-open): before forwarding it parses the body with 2.x's own rules and, for a start callback,
-reads the cron's Crontabs row (2.x overwrites it on receipt, and it is the evidence of a panel run). After
-2.x answered 2xx it hands the write to a per-cron lane and waits at most the shadow budget: an overrun or
-failure is counted and logged, and 2.x's answer goes back unchanged either way. On PostgreSQL an end's
-open Runs are read in the lane while 2.x answers (a read-only transaction that ends before the write
-begins), so only the write waits for the 2xx. Primary (fail-closed):
-for an execution the bridge owns it returns a LocalAnswer instead, and nothing is forwarded. Logs carry
-error codes only — never bodies, tokens, commands or paths. A 2.x database that cannot be read (locked,
-hot journal, missing, damaged) never stops a callback: each failed read is counted by its state, the
-state is logged when it changes, and the next callback reads again. Stops (`PUT /crons/stop`, stopInstance)
-and ends with a signal exit go to the stop decisions the composition root hands in (``StopEvidence``): a
-stopped execution ends cancelled.
+The front door decides the route once (bridge.callbacks.routes); each route has its handler here. Shadow
+(fail-open): before forwarding it parses the body with 2.x's own rules and, for a start callback, reads the
+cron's Crontabs row (2.x overwrites it on receipt, and it is the evidence of a panel run). After 2.x answered
+2xx, what it accepted becomes one command per cron (bridge.callbacks.commands), handed to the cron's lane; the
+callback waits at most the shadow budget: an overrun or failure is counted and logged, and 2.x's answer goes
+back unchanged either way. On PostgreSQL an end's open Runs are read in the lane while 2.x answers (a read-only
+transaction that ends before the write begins), so only the write waits for the 2xx. Primary (fail-closed):
+for an execution the bridge owns it returns a LocalAnswer instead, and nothing is forwarded. Logs carry error
+codes only — never bodies, tokens, commands or paths. A 2.x database that cannot be read (locked, hot journal,
+missing, damaged) never stops a callback: each failed read is counted by its state, the state is logged when it
+changes, and the next callback reads again. Stops (`PUT /crons/stop`, stopInstance) and ends with a signal exit
+go to the stop decisions the composition root hands in (``StopEvidence``): a stopped execution ends cancelled.
 """
 
 from __future__ import annotations
@@ -20,27 +20,33 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeAlias
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import cast
 from zoneinfo import ZoneInfo
 
 from bridge.callbacks.answers import LocalAnswer
+from bridge.callbacks.commands import (
+    ApplyInstanceStop,
+    ApplyStop,
+    FactCommand,
+    LaneCommand,
+    ReadOpenRuns,
+    RecordEnd,
+    RecordStart,
+)
 from bridge.callbacks.lanes import WriteLanes
+from bridge.callbacks.ports import StopEvidence
+from bridge.callbacks.prepared import Forwarded, Prepared, PreparedCallback, PreparedInstanceStop, PreparedStop
 from bridge.callbacks.primary import PrimaryAnswerer
-from bridge.callbacks.routes import SHELL_STATUS_PATH, STATUS_PATHS, STOP_INSTANCE_PATH, STOP_PATHS
+from bridge.callbacks.routes import InstanceStopRoute, InterceptedRoute, StatusRoute, StopRoute
 from bridge.domain.errors import BridgeError
 from bridge.domain.model import Mode, Owner
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import ActiveCandidate, Clock, ModeSource
-from bridge.service.shadow import (
-    CallbackFacts,
-    ExecutionContext,
-    Outcome,
-    ShadowRecorder,
-    ShadowResult,
-)
+from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder, ShadowResult
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
     StatusCallback,
@@ -62,49 +68,6 @@ log = logging.getLogger("bridge.shadow")
 MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
 
 
-class StopEvidence(Protocol):
-    """What the callback path hands to the stop decisions (``bridge.jobs.stop_decisions.StopDecisions``, built
-    by the composition root): a signal exit to keep for its window, and the stops 2.x answered 2xx."""
-
-    def keep(self, facts: CallbackFacts, read_ahead: list[ActiveCandidate] | None = None) -> ShadowResult | None: ...
-
-    def relayed_stop(self, cron_id: int, received_at_ms: int) -> list[ShadowResult]: ...
-
-    def relayed_instance_stop(self, instance_id: int, received_at_ms: int) -> list[ShadowResult]: ...
-
-    def stop_forwarded(self, cron_ids: tuple[int, ...]) -> None: ...
-
-    def stop_settled(self, cron_ids: tuple[int, ...]) -> None: ...
-
-
-@dataclass(frozen=True)
-class PreparedStop:
-    cron_ids: tuple[int, ...]
-    received_at_ms: int
-
-
-@dataclass(frozen=True)
-class PreparedInstanceStop:
-    instance_id: int
-    cron_ids: tuple[int, ...]  # the path's :id, for the lane; the instance row names the real cron
-    received_at_ms: int
-
-
-@dataclass(frozen=True)
-class PreparedCallback:
-    callback: StatusCallback
-    cron_ids: tuple[int, ...]
-    received_at_ms: int
-    crons_before: dict[int, LegacyCron | None] = field(default_factory=dict)
-    shell_handle: str | None = None
-    unreadable: frozenset[int] = frozenset()  # ids whose Crontabs row could not be read (2.x held its lock)
-    read_ahead: Future[list[ActiveCandidate]] | None = None  # an end's open Runs, read during the forward
-    origins: dict[int, OriginDecision] = field(default_factory=dict)  # a start's, per cron 2.x knows
-
-
-Prepared: TypeAlias = PreparedCallback | PreparedStop | PreparedInstanceStop | LocalAnswer
-
-
 class ShadowInterceptor:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, modes: ModeSource, metrics: BridgeMetrics,
                  clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4,
@@ -121,30 +84,35 @@ class ShadowInterceptor:
         self._tz = tz
         self._probe = probe or ProcProbe()
         self._primary = PrimaryAnswerer(recorder, auth, metrics, clock, on_primary_commit) if auth else None
-        self._lanes = WriteLanes(lanes, budget_s=budget_ms / 1000, metrics=metrics)
+        self._lanes = WriteLanes(lanes, self._execute, budget_s=budget_ms / 1000, metrics=metrics)
         # Where every read is a round trip (PostgreSQL), an end's open Runs are read while 2.x answers, so
         # only the write is left once it has: the write still goes only after a 2xx, in its own transaction.
         self._read_ahead = read_ahead
         self._legacy_state: str | None = None  # why 2.x's database could not be read last time, if it could not
 
-    def before_forward(self, path: str, body: bytes, headers: Mapping[str, str] | None = None) -> Prepared | None:
-        prepared = self._prepare(path, body, headers)
-        self._metrics.callback_seen(_callback_kind(path, body, prepared), _handled_mode(prepared))
+    def before_forward(self, route: InterceptedRoute, body: bytes,
+                       headers: Mapping[str, str] | None = None) -> Prepared | None:
+        prepared = self._prepare(route, body, headers)
+        self._metrics.callback_seen(_callback_kind(route, body, prepared), _handled_mode(prepared))
         if isinstance(prepared, (PreparedStop, PreparedInstanceStop)):
             # Until its answer is applied, the stop holds its crons' failing ends (after_forward settles it).
             self._stops.stop_forwarded(prepared.cron_ids)
         return prepared
 
-    def _prepare(self, path: str, body: bytes, headers: Mapping[str, str] | None) -> Prepared | None:
+    def _prepare(self, route: InterceptedRoute, body: bytes, headers: Mapping[str, str] | None) -> Prepared | None:
         if not self._modes.any_enabled() and not (self._primary and self._primary.owns_active_runs()):
             return None
         received = self._clock.now_ms()
-        if path in STOP_PATHS:
-            return _prepare_stop(body, received)
-        if match := STOP_INSTANCE_PATH.fullmatch(path):
-            return PreparedInstanceStop(int(match[2]), (int(match[1]),), received)
-        if path not in STATUS_PATHS:
-            return None
+        match route:
+            case StopRoute():
+                return _prepare_stop(body, received)
+            case InstanceStopRoute(cron_id=cron_id, instance_id=instance_id):
+                return PreparedInstanceStop(instance_id, (cron_id,), received)
+            case StatusRoute(from_shell=from_shell):
+                return self._prepare_status(body, received, from_shell, headers)
+
+    def _prepare_status(self, body: bytes, received: int, from_shell: bool,
+                        headers: Mapping[str, str] | None) -> Prepared | None:
         try:
             callback = parse_status_body(body)
         except LegacyCallbackParseError:
@@ -154,7 +122,8 @@ class ShadowInterceptor:
         ids = tuple(int(i) for i in callback.ids[:MAX_IDS] if float(i).is_integer() and i > 0)
         if not callback.is_start:
             prepared = PreparedCallback(callback, ids, received)
-            return self._answer_if_bridge_owned(path, prepared, headers) or self._with_read_ahead(prepared)
+            owned = self._answer_if_bridge_owned(from_shell, prepared, headers)
+            return owned or self._with_read_ahead(prepared)
         # The shell is alive now (it waits for this answer): the one moment its identity can be taken.
         handle = self._probe.handle_for_shell(callback.pid)
         before, unreadable = {}, set()
@@ -170,22 +139,21 @@ class ShadowInterceptor:
                    for cron_id, cron in before.items() if cron is not None}
         prepared = PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None,
                                     frozenset(unreadable), origins=origins)
-        return self._answer_if_primary(path, prepared, headers) or prepared
+        return self._answer_if_primary(from_shell, prepared, headers) or prepared
 
     def _with_read_ahead(self, prepared: PreparedCallback) -> PreparedCallback:
         """Queue the read on the cron's lane, ahead of the write that may follow it in the same lane."""
         if not self._read_ahead or len(prepared.cron_ids) != 1:
             return prepared
-        cron_id = prepared.cron_ids[0]
-        future = self._lanes.submit(cron_id, self._recorder.read_ahead_end, cron_id)
+        future = self._lanes.submit(ReadOpenRuns(prepared.cron_ids[0]))
         return prepared if future is None else replace(prepared, read_ahead=future)
 
     # -- primary mode: the bridge answers ----------------------------------------------------------
 
-    def _answer_if_primary(self, path: str, prepared: PreparedCallback,
+    def _answer_if_primary(self, from_shell: bool, prepared: PreparedCallback,
                            headers: Mapping[str, str] | None) -> LocalAnswer | None:
         """A start of an origin in primary mode is accepted by the bridge, which answers it itself."""
-        if self._primary is None or path != SHELL_STATUS_PATH or len(prepared.cron_ids) != 1:
+        if self._primary is None or not from_shell or len(prepared.cron_ids) != 1:
             return None
         cron = prepared.crons_before.get(prepared.cron_ids[0])
         if cron is None:
@@ -196,107 +164,136 @@ class ShadowInterceptor:
         context = self._context(cron, decision, prepared.shell_handle, mode=Mode.PRIMARY)
         assert context is not None
         facts = _facts(prepared.callback, cron.id, prepared.received_at_ms, keep_log_path=True)
-        return self._primary.answer(headers, lambda: self._recorder.record_start(facts, context))
+        return self._primary.answer(headers, RecordStart(facts, context), self._execute)
 
-    def _answer_if_bridge_owned(self, path: str, prepared: PreparedCallback,
+    def _answer_if_bridge_owned(self, from_shell: bool, prepared: PreparedCallback,
                                 headers: Mapping[str, str] | None) -> LocalAnswer | None:
         """An end of an execution the bridge accepted stays the bridge's, even after a demotion."""
-        if self._primary is None or path != SHELL_STATUS_PATH or len(prepared.cron_ids) != 1 \
+        if self._primary is None or not from_shell or len(prepared.cron_ids) != 1 \
                 or not prepared.callback.is_end or not self._primary.owns_active_runs():
             return None
         facts = _facts(prepared.callback, prepared.cron_ids[0], prepared.received_at_ms, keep_log_path=True)
         if self._recorder.owner_of_end(facts) != Owner.BRIDGE.value:
             return None
-        return self._primary.answer(headers, lambda: self._recorder.record_end(facts, lambda: None))
+        command = RecordEnd(facts, _begin_seconds(prepared.callback), bridge_owned=True)
+        return self._primary.answer(headers, command, self._execute)
 
     @property
     def stop_decisions(self) -> StopEvidence:
         return self._stops
 
-    def after_forward(self, prepared: object, upstream_status: int, answer: bytes | None = None) -> None:
+    def after_forward(self, prepared: Forwarded, upstream_status: int, answer: bytes | None = None) -> None:
         """Record what 2.x accepted. ``answer`` is 2.x's body, for the routes that answer 200 either way."""
-        lane_settles = False
+        handed: list[FactCommand] = []
         try:
-            lane_settles = self._hand_to_lane(prepared, upstream_status, answer)
+            if _accepted(prepared, upstream_status, answer):
+                read_ahead = prepared.read_ahead if isinstance(prepared, PreparedCallback) else None
+                handed = self._lanes.write_within_budget(list(self._commands(prepared)), read_ahead)
         finally:
-            if isinstance(prepared, (PreparedStop, PreparedInstanceStop)) and not lane_settles:
-                self._stops.stop_settled(prepared.cron_ids)
-
-    def _hand_to_lane(self, prepared: object, upstream_status: int, answer: bytes | None) -> bool:
-        """Whether the write went to a lane (which then settles a stop once applied)."""
-        if not isinstance(prepared, (PreparedCallback, PreparedStop, PreparedInstanceStop)) \
-                or not 200 <= upstream_status < 300:
-            return False
-        if not prepared.cron_ids:
-            return False
-        if isinstance(prepared, PreparedInstanceStop) and _answer_code(answer) != 200:
-            return False  # {"code":400,"message":"实例不存在或已停止"}: 2.x stopped nothing
-        return self._lanes.write_within_budget(prepared.cron_ids[0], self._record, prepared)
+            if isinstance(prepared, (PreparedStop, PreparedInstanceStop)):
+                # A stop a lane took is settled there once applied; every other one is settled now.
+                in_lanes = {command.cron_id for command in handed}
+                self._stops.stop_settled(tuple(c for c in prepared.cron_ids if c not in in_lanes))
 
     def close(self) -> None:
         self._lanes.close()
 
-    # -- inside a lane ----------------------------------------------------------------------------
+    # -- what 2.x accepted, as commands ----------------------------------------------------------------
 
-    def _record(self, prepared: PreparedCallback | PreparedStop | PreparedInstanceStop) -> None:
-        try:
-            self._record_each(prepared)
-        finally:
-            if isinstance(prepared, (PreparedStop, PreparedInstanceStop)):
-                self._stops.stop_settled(prepared.cron_ids)
-
-    def _record_each(self, prepared: PreparedCallback | PreparedStop | PreparedInstanceStop) -> None:
+    def _commands(self, prepared: Forwarded) -> Iterator[FactCommand]:
+        """One command per cron id; a cron whose command cannot be made is counted and logged, never raised."""
         for cron_id in prepared.cron_ids:
-            started = time.perf_counter()
-            origin = None
-            try:
-                result = self._record_one(prepared, cron_id)
-                origin = result.origin if result else None
-                if result is not None:
-                    self._count(result)
-            except BridgeError as exc:
-                self._metrics.shadow_write_refused(origin, exc.code)
-                log.warning("shadow write failed: %s", exc.code)
-            except Exception as exc:  # noqa: BLE001 - fail-open: nothing may reach the shell
-                self._metrics.shadow_write_failed(origin, "internal")
-                log.error("shadow write failed: %s", type(exc).__name__)
-            finally:
-                self._metrics.shadow_write_seconds.observe(time.perf_counter() - started)
+            with self._guarded(timed=False):
+                command = self._command(prepared, cron_id)
+                if command is not None:
+                    yield command
 
-    def _record_one(self, prepared: PreparedCallback | PreparedStop | PreparedInstanceStop,
-                    cron_id: int) -> ShadowResult | None:
+    def _command(self, prepared: Forwarded, cron_id: int) -> FactCommand | None:
         if isinstance(prepared, PreparedStop):
-            self._stops.relayed_stop(cron_id, prepared.received_at_ms)
-            return None
+            return ApplyStop(cron_id, prepared.received_at_ms)
         if isinstance(prepared, PreparedInstanceStop):
-            self._stops.relayed_instance_stop(prepared.instance_id, prepared.received_at_ms)
-            return None
+            return ApplyInstanceStop(prepared.instance_id, cron_id, prepared.received_at_ms)
         callback = prepared.callback
         facts = _facts(callback, cron_id, prepared.received_at_ms)
-        if callback.is_start:
-            cron = prepared.crons_before.get(cron_id)
-            if cron_id in prepared.unreadable:
-                # Its origin evidence is gone (2.x has overwritten the row since): the end back-fills the Run.
-                self._metrics.shadow_write_failed(None, "legacy_unreadable")
-                return None
-            if cron is None:  # 2.x does not know this id: it changed nothing, neither do we
-                self._metrics.callback_unmatched(None, "unmatched")
-                return None
-            context = self._context(cron, prepared.origins[cron_id], prepared.shell_handle)
-            return self._recorder.record_start(facts, context) if context else None
-        read_ahead = _read_ahead_result(prepared.read_ahead)
-        kept = self._stops.keep(facts, read_ahead)  # a signal exit waits for 2.x's evidence of a stop
-        return kept or self._recorder.record_end(facts, lambda: self._context_for_finish_only(cron_id, callback),
-                                                 read_ahead)
+        if callback.is_end:
+            return RecordEnd(facts, _begin_seconds(callback))
+        if cron_id in prepared.unreadable:
+            # Its origin evidence is gone (2.x has overwritten the row since): the end back-fills the Run.
+            self._metrics.shadow_write_failed(None, "legacy_unreadable")
+            return None
+        cron = prepared.crons_before.get(cron_id)
+        if cron is None:  # 2.x does not know this id: it changed nothing, neither do we
+            self._metrics.callback_unmatched(None, "unmatched")
+            return None
+        context = self._context(cron, prepared.origins[cron_id], prepared.shell_handle)
+        return RecordStart(facts, context) if context else None
 
-    def _context_for_finish_only(self, cron_id: int, callback: StatusCallback) -> ExecutionContext | None:
+    # -- inside a lane ----------------------------------------------------------------------------
+
+    def _execute(self, command: LaneCommand, read_ahead: Future[object] | None = None) -> object:
+        """What a lane (or the primary answerer) runs. A read is returned (or raised) to its caller; a fact is
+        recorded, and its failure counted and logged: nothing may reach the shell."""
+        if isinstance(command, ReadOpenRuns):
+            return self._recorder.read_ahead_end(command.cron_id)
+        if isinstance(command, (ApplyStop, ApplyInstanceStop)):
+            try:
+                with self._guarded():
+                    self._apply_stop(command)
+            finally:
+                self._stops.stop_settled((command.cron_id,))
+            return None
+        if command.bridge_owned if isinstance(command, RecordEnd) else command.context.mode == Mode.PRIMARY:
+            return self._record_owned(command)  # primary: its failure is the answerer's, fail-closed
+        with self._guarded():
+            result = self._record(command, _read_ahead_result(read_ahead))
+            if result is not None:
+                self._count(result)
+        return None
+
+    def _apply_stop(self, command: ApplyStop | ApplyInstanceStop) -> None:
+        if isinstance(command, ApplyStop):
+            self._stops.relayed_stop(command.cron_id, command.received_at_ms)
+        else:
+            self._stops.relayed_instance_stop(command.instance_id, command.received_at_ms)
+
+    def _record_owned(self, command: RecordStart | RecordEnd) -> ShadowResult:
+        if isinstance(command, RecordStart):
+            return self._recorder.record_start(command.facts, command.context)
+        return self._recorder.record_end(command.facts, lambda: None)
+
+    def _record(self, command: RecordStart | RecordEnd,
+                read_ahead: list[ActiveCandidate] | None) -> ShadowResult | None:
+        if isinstance(command, RecordStart):
+            return self._recorder.record_start(command.facts, command.context)
+        facts = command.facts
+        kept = self._stops.keep(facts, read_ahead)  # a signal exit waits for 2.x's evidence of a stop
+        return kept or self._recorder.record_end(facts, lambda: self._context_for_finish_only(command), read_ahead)
+
+    @contextmanager
+    def _guarded(self, *, timed: bool = True) -> Iterator[None]:
+        """A shadow write's failure is counted and logged without its message (it may quote a body or a path);
+        ``timed``: its duration is observed too."""
+        started = time.perf_counter()
+        try:
+            yield
+        except BridgeError as exc:
+            self._metrics.shadow_write_refused(None, exc.code)
+            log.warning("shadow write failed: %s", exc.code)
+        except Exception as exc:  # noqa: BLE001 - fail-open: nothing may reach the shell
+            self._metrics.shadow_write_failed(None, "internal")
+            log.error("shadow write failed: %s", type(exc).__name__)
+        finally:
+            if timed:
+                self._metrics.shadow_write_seconds.observe(time.perf_counter() - started)
+
+    def _context_for_finish_only(self, command: RecordEnd) -> ExecutionContext | None:
         # Unreadable, the end cannot be back-filled: LegacyDatabaseError rolls the write back and is counted
         # as legacy_unreadable; the reconciler finds the execution missing once 2.x's database reads again.
-        cron = self._read_cron(cron_id)
+        cron = self._read_cron(command.cron_id)
         if cron is None:
             self._metrics.callback_unmatched(None, "unmatched")
             return None
-        decision = infer_scheduled_origin(cron, _begin_seconds(callback), self._scheduler_mode, self._tz)
+        decision = infer_scheduled_origin(cron, command.begin_s, self._scheduler_mode, self._tz)
         return self._context(cron, decision)
 
     def _context(self, cron: LegacyCron, decision: OriginDecision, shell_handle: str | None = None,
@@ -338,11 +335,19 @@ class ShadowInterceptor:
             self._metrics.late_callback("late")
 
 
-def _read_ahead_result(future: Future[list[ActiveCandidate]] | None) -> list[ActiveCandidate] | None:
+def _read_ahead_result(future: Future[object] | None) -> list[ActiveCandidate] | None:
     """The read, when it is there: queued ahead in the same lane, it has finished unless it failed."""
     if future is None or not future.done() or future.exception() is not None:
         return None  # the write reads for itself, and a store that failed the read is counted there
-    return future.result()
+    return cast(list[ActiveCandidate], future.result())  # ReadOpenRuns' answer
+
+
+def _accepted(prepared: Forwarded, upstream_status: int, answer: bytes | None) -> bool:
+    """Whether 2.x accepted the request, so that its facts are recorded."""
+    if not 200 <= upstream_status < 300 or not prepared.cron_ids:
+        return False
+    # stopInstance answers HTTP 200 either way; {"code":400,"message":"实例不存在或已停止"}: 2.x stopped nothing.
+    return not isinstance(prepared, PreparedInstanceStop) or _answer_code(answer) == 200
 
 
 def _answer_code(answer: bytes | None) -> object:
@@ -354,12 +359,10 @@ def _answer_code(answer: bytes | None) -> object:
     return body.get("code") if isinstance(body, dict) else None
 
 
-def _callback_kind(path: str, body: bytes, prepared: Prepared | None) -> str:
+def _callback_kind(route: InterceptedRoute, body: bytes, prepared: Prepared | None) -> str:
     """start, end, stop, instance_stop or other, for legacy_callback_total (a body read only when not parsed)."""
-    if path in STOP_PATHS:
-        return "stop"
-    if STOP_INSTANCE_PATH.fullmatch(path):
-        return "instance_stop"
+    if not isinstance(route, StatusRoute):
+        return route.route.value
     if isinstance(prepared, PreparedCallback):
         callback: StatusCallback | None = prepared.callback
     else:

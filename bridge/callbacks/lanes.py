@@ -1,8 +1,9 @@
 """WriteLanes: where the shadow writes run, off the serving path, with a time budget and backpressure.
 
-One single-thread lane per cron bucket keeps each cron's callbacks in arrival order (a start is written before
-its end). A callback waits for its write at most the shadow budget, then 2.x's answer goes back and the write
-finishes in its lane; at most ``capacity`` writes and reads may be queued or running, and one more is refused
+One single-thread lane per cron bucket keeps each cron's commands in arrival order (a start is written before
+its end). What a lane runs is a command (bridge.callbacks.commands), handed to the one executor the lanes were
+built with. A callback waits for its writes at most the shadow budget, then 2.x's answer goes back and the
+writes finish in their lanes; at most ``capacity`` commands may be queued or running, and one more is refused
 (counted as ``overload``) rather than queued without bound behind a slow store.
 """
 
@@ -10,49 +11,59 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
+from bridge.callbacks.commands import FactCommand, LaneCommand
 from bridge.metrics import BridgeMetrics
 
 log = logging.getLogger("bridge.shadow")
 LANE_THREAD_PREFIX = "shadow-"
-T = TypeVar("T")
+# The executor: a command and, for an end, the future of the open Runs read ahead of it in the same lane.
+LaneExecutor = Callable[[LaneCommand, "Future[object] | None"], object]
 
 
 class WriteLanes:
-    def __init__(self, count: int, *, budget_s: float, metrics: BridgeMetrics, capacity: int = 256) -> None:
+    def __init__(self, count: int, execute: LaneExecutor, *, budget_s: float, metrics: BridgeMetrics,
+                 capacity: int = 256) -> None:
         self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"{LANE_THREAD_PREFIX}{i}") for i in range(count)]
+        self._execute = execute
         self._pending = threading.BoundedSemaphore(capacity)
         self._budget_s = budget_s
         self._metrics = metrics
 
-    def submit(self, cron_id: int, work: Callable[..., T], *args: Any) -> Future[T] | None:
-        """Queue ``work`` on the cron's lane; None when the lanes are full (the caller decides what that means)."""
+    def submit(self, command: LaneCommand, read_ahead: Future[object] | None = None) -> Future[object] | None:
+        """Queue ``command`` on its cron's lane; None when the lanes are full (the caller decides what that
+        means)."""
         if not self._pending.acquire(blocking=False):
             return None
-        future = self._lanes[cron_id % len(self._lanes)].submit(work, *args)
+        lane = self._lanes[command.cron_id % len(self._lanes)]
+        future = lane.submit(self._execute, command, read_ahead)
         future.add_done_callback(lambda _f: self._pending.release())
         return future
 
-    def write_within_budget(self, cron_id: int, work: Callable[..., object], *args: Any) -> bool:
-        """Run a shadow write on the cron's lane and wait for it at most the budget; never raises. False: the
-        lanes were full and the write was refused (it will never run)."""
-        future = self.submit(cron_id, work, *args)
-        if future is None:
-            self._metrics.shadow_write_failed(None, "overload")
-            return False
-        try:
-            future.result(timeout=self._budget_s)
-        except FutureTimeout:
-            # The write goes on in its lane; the shell is answered now.
-            self._metrics.shadow_write_failed(None, "timeout")
-            log.warning("shadow write overran its %d ms budget", int(self._budget_s * 1000))
-        return True
+    def write_within_budget(self, commands: Sequence[FactCommand],
+                            read_ahead: Future[object] | None = None) -> list[FactCommand]:
+        """Run the commands, each on its cron's lane, and wait for them together at most the budget; never
+        raises. Returns those a lane took: a refused one (the lanes were full) will never run."""
+        accepted: list[FactCommand] = []
+        futures = []
+        for command in commands:
+            future = self.submit(command, read_ahead)
+            if future is None:
+                self._metrics.shadow_write_failed(None, "overload")
+                continue
+            accepted.append(command)
+            futures.append(future)
+        if futures:
+            _done, overran = wait(futures, timeout=self._budget_s)
+            if overran:  # the writes go on in their lanes; the shell is answered now
+                for _ in overran:
+                    self._metrics.shadow_write_failed(None, "timeout")
+                log.warning("shadow write overran its %d ms budget", int(self._budget_s * 1000))
+        return accepted
 
     def close(self) -> None:
-        """Wait for every queued write: called after the server's drain, before the store closes."""
+        """Wait for every queued command: called after the server's drain, before the store closes."""
         for lane in self._lanes:
             lane.shutdown(wait=True)

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from bridge.callbacks.answers import OK_2X, LocalAnswer
+from bridge.callbacks.commands import RecordEnd, RecordStart
 from bridge.callbacks.routes import SHELL_STATUS_PATH
 from bridge.domain.errors import BridgeError
 from bridge.metrics import BridgeMetrics
@@ -42,9 +43,11 @@ class PrimaryAnswerer:
                                 ttl_s=owned_ttl_s)
         self._keyv_state: str | None = None  # why keyv.sqlite could not be read last time, if it could not
 
-    def answer(self, headers: Mapping[str, str] | None, record: Callable[[], object]) -> LocalAnswer | None:
-        """Authorise like 2.x, then record; the shell gets {"code":200}, 2.x's 401, or a 2.x-shaped 500.
-        None: the token could not be checked (keyv.sqlite unreadable), so 2.x must answer."""
+    def answer(self, headers: Mapping[str, str] | None, command: RecordStart | RecordEnd,
+               execute: Callable[[RecordStart | RecordEnd], object]) -> LocalAnswer | None:
+        """Authorise like 2.x, then have ``execute`` record ``command`` (its errors raised, not counted); the shell
+        gets {"code":200}, 2.x's 401, or a 2.x-shaped 500. None: the token could not be checked (keyv.sqlite
+        unreadable), so 2.x must answer."""
         headers = headers or {}
         try:
             self._auth.check_open_request(SHELL_STATUS_PATH, headers.get("Authorization"), self._clock.now_ms() // 1000,
@@ -57,7 +60,7 @@ class PrimaryAnswerer:
             return None
         self._keyv_reads_again()
         try:
-            record()
+            execute(command)
         except BridgeError as exc:
             log.warning("primary callback not recorded: %s", exc.code)
             self._metrics.shadow_write_failed(None, "internal")

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge.domain.errors import BridgeError
-from bridge.service.clock import SystemClock
 from legacy_adapters.database_state import TRANSIENT_STATES, DatabaseState
 from legacy_adapters.status_writer import LegacyStatusWriter
 from projections.projector import ProjectionHaltedError, ProjectionMetrics, Projector
 
 if TYPE_CHECKING:
+    from bridge.service.ports import Clock
     from bridge.storage.outbox import SqlOutbox
 
 log = logging.getLogger("bridge.projection")
@@ -174,31 +174,31 @@ class ProjectorThread:
         return min(self._halted_retry_s, TRANSIENT_RETRY_S) if state in _CLEARS_BY_ITSELF else self._halted_retry_s
 
 
-def start_projector_thread(outbox: SqlOutbox, writer: LegacyStatusWriter, metrics: ProjectionMetrics,
-                           interval_s: float = 2.0, tick_s: float = TICK_S) -> ProjectorThread:
-    """The serving projector over the bridge store's ``outbox`` and 2.x's ``writer``, already started: pass
-    its ``notify`` as the primary path's on-commit hook and its ``close`` to the container's closers. A lease
-    row keeps it to one process per store. It is woken on every primary commit, so its idle poll is slow:
-    each pass takes the lease with a write, which on SQLite competes with the shadow writes for the one
-    write lock."""
+def start_projector_thread(projector: Projector, outbox: SqlOutbox, writer: LegacyStatusWriter, clock: Clock,
+                           metrics: ProjectionMetrics, interval_s: float = 2.0,
+                           tick_s: float = TICK_S) -> ProjectorThread:
+    """The serving ``projector`` (over the bridge store's ``outbox`` and 2.x's ``writer``), started on a thread:
+    pass its ``notify`` as the primary path's on-commit hook and its ``close`` to the container's closers. A
+    lease row keeps it to one process per store. It is woken on every primary commit, so its idle poll is slow:
+    each pass takes the lease with a write, which on SQLite competes with the shadow writes for the one write
+    lock."""
     holder = f"projector-{uuid.uuid4().hex[:12]}"
-    clock = SystemClock()
 
     def close() -> None:
         writer.close()
         outbox.release_lease(holder)
 
     unavailable = getattr(metrics, "legacy_database_unavailable", None)  # BridgeMetrics counts the states
-    thread = ProjectorThread(Projector(outbox, writer, metrics, clock), interval_s, tick_s=tick_s,
-                             lock_held=lambda: writer.held_s,
+    thread = ProjectorThread(projector, interval_s, tick_s=tick_s, lock_held=lambda: writer.held_s,
                              lease=lambda: outbox.hold_lease(holder, clock.now_ms(), LEASE_MS), on_close=close,
                              on_unavailable=(lambda state: unavailable(state, "projection")) if unavailable else None)
     return thread.start()
 
 
-def projection_status(outbox: SqlOutbox, now_ms: int | None = None, examples: int = 5) -> dict[str, Any]:
-    """Outbox rows by state, the age of the oldest pending row, and a few parked rows (ids and codes only)."""
-    now = SystemClock().now_ms() if now_ms is None else now_ms
+def projection_status(outbox: SqlOutbox, now_ms: int, examples: int = 5) -> dict[str, Any]:
+    """Outbox rows by state at ``now_ms``, the age of the oldest pending row, and a few parked rows (ids and codes
+    only)."""
+    now = now_ms
     oldest = outbox.oldest_pending_created_at_ms()
     return {
         "counts": outbox.counts(),

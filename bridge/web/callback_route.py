@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from contextlib import suppress
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import httpx
 
 from bridge.callbacks.answers import LocalAnswer
+from bridge.callbacks.ports import CallbackInterceptor
+from bridge.callbacks.prepared import Forwarded, Prepared
 from bridge.callbacks.routes import InterceptedRoute
 from bridge.metrics import BridgeMetrics
 from bridge.web.asgi_io import ClientGone, Receive, Scope, Send, read_up_to, send_whole
@@ -66,18 +68,6 @@ class WireHeaders(Mapping[str, str]):
         return dict.fromkeys(key.decode("latin-1") for key, _ in self._raw)
 
 
-class CallbackInterceptor(Protocol):
-    """Sees a status callback before and after 2.x does; must not raise and keeps its own time budget."""
-
-    def before_forward(self, path: str, body: bytes, headers: Mapping[str, str]) -> object | None:
-        """Return None or a token for after_forward; a LocalAnswer means "answer this yourself" (primary)."""
-        ...
-
-    def after_forward(self, prepared: object, upstream_status: int, answer: bytes | None = None) -> None:
-        """``answer`` (2.x's body without its content coding) is passed for the stop routes only."""
-        ...
-
-
 class CallbackRoute:
     def __init__(self, interceptor: CallbackInterceptor, pool: Executor, forward: CallbackForward,
                  metrics: BridgeMetrics, body_cap_bytes: int, pass_through: PassThrough) -> None:
@@ -117,7 +107,7 @@ class CallbackRoute:
     def _exchange(self, method: str, target: bytes, raw_headers: list[tuple[bytes, bytes]], body: bytes,
                   route: InterceptedRoute) -> LocalAnswer | httpx.TransportError | ForwardedAnswer:
         """On the callback pool: before_forward, the forward, after_forward (only when there is something)."""
-        prepared = self._before_forward(path_only(target), body, WireHeaders(raw_headers))
+        prepared = self._before_forward(route, body, WireHeaders(raw_headers))
         if isinstance(prepared, LocalAnswer):
             return prepared
         started = time.perf_counter()
@@ -132,14 +122,14 @@ class CallbackRoute:
             self._after_forward(prepared, answer.status, decoded)
         return answer
 
-    def _before_forward(self, path: str, body: bytes, headers: Mapping[str, str]) -> object | None:
+    def _before_forward(self, route: InterceptedRoute, body: bytes, headers: Mapping[str, str]) -> Prepared | None:
         try:
-            return self._interceptor.before_forward(path, body, headers)
+            return self._interceptor.before_forward(route, body, headers)
         except Exception as exc:  # noqa: BLE001 - fail-open: the callback must reach 2.x regardless
             self._failed("before_forward", exc)
             return None
 
-    def _after_forward(self, prepared: object, upstream_status: int, answer: bytes | None) -> None:
+    def _after_forward(self, prepared: Forwarded, upstream_status: int, answer: bytes | None) -> None:
         try:
             if answer is None:
                 self._interceptor.after_forward(prepared, upstream_status)

@@ -3,7 +3,7 @@
     python -m tests.bench.bench_interceptor [--executions N] [--rounds R] [--profile] [--attribute]
 
 A 2.x data dir (five crons) and a SQLite bridge store in a temp dir; the interceptor the composition root builds
-(`bridge.bootstrap.build_interceptor`, shadow on for every origin, 2.x's database read through kept connections as
+(`bridge.bootstrap.build_callback_path`, shadow on for every origin, 2.x's database read through kept connections as
 `bridge serve` does). Each execution is a start and an end callback, with the exact bytes of 2.x's shell/api.sh,
 through ``before_forward`` and ``after_forward`` (2.x's answer taken as 200): parsing, the Crontabs read, origin
 inference, the hand-off to the cron's lane and the shadow write. CPU is ``time.process_time`` (every thread of the
@@ -41,8 +41,9 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from bridge.bootstrap import build_interceptor, build_legacy_reader, build_store
+from bridge.bootstrap import build_callback_path, build_legacy_reader, build_store
 from bridge.callbacks.lanes import LANE_THREAD_PREFIX
+from bridge.callbacks.routes import StatusRoute
 from bridge.config import Settings
 from bridge.domain.model import Origin
 from bridge.metrics import BridgeMetrics
@@ -53,6 +54,7 @@ from legacy_adapters.testing.datadir import create_legacy_data_dir
 
 HEADERS = {"Content-Type": "application/json", "User-Agent": "curl/8.5.0"}
 STATUS_PATH = "/open/crons/status"
+STATUS_ROUTE = StatusRoute(from_shell=True)
 
 
 def lane_cpu() -> float:
@@ -151,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         store = build_store(settings)
         upgrade(store.engine)
         every_origin = StaticModes(frozenset(o.value for o in Origin))
-        interceptor = build_interceptor(settings, store, BridgeMetrics(), every_origin,
-                                        reader=build_legacy_reader(settings, keep_connections=4))
+        interceptor = build_callback_path(settings, store, BridgeMetrics(), every_origin,
+                                          reader=build_legacy_reader(settings, keep_connections=4)).interceptor
         sent = 0
 
         def execution() -> None:
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             sent += 1
             for body in (render_status_body(cron, 0, pid, f"c/{pid}.log", begin_s),
                          render_status_body(cron, 1, pid, f"c/{pid}.log", begin_s, 1, 0)):
-                prepared = interceptor.before_forward(STATUS_PATH, body, HEADERS)
+                prepared = interceptor.before_forward(STATUS_ROUTE, body, HEADERS)
                 interceptor.after_forward(prepared, 200, None)
 
         try:

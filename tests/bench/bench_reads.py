@@ -47,7 +47,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, text
 
-from bridge.bootstrap import Container
+from bridge.bootstrap import Container, build_token_authority
 from bridge.cli import main as cli_main
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
@@ -191,7 +191,8 @@ def sized_store(backend: str, size: int, rare: int, root: Path, pg_url: str) -> 
 
         store = wiring.store_on(engine)
         container = Container(settings=settings, metrics=BridgeMetrics(),
-                              http=httpx.Client(transport=httpx.MockTransport(never)), store=store)
+                              http=httpx.Client(transport=httpx.MockTransport(never)), store=store,
+                              token_authority=build_token_authority(settings))
         app = create_app(container)
         try:
             yield Sized(size, url, schema, engine, app.test_client(use_cookies=False), legacy.system_token, env)

@@ -17,6 +17,7 @@ import pytest
 
 from bridge.bootstrap import Store
 from bridge.callbacks.interception import ShadowInterceptor
+from bridge.callbacks.routes import intercepted_route
 from bridge.config import Settings
 from bridge.demo import ALL_ORIGINS
 from bridge.metrics import BridgeMetrics
@@ -51,7 +52,9 @@ class Bridged:
     bridge: Store  # the store as the composition root hands it out (``runs`` is its RunService)
 
     def via_bridge(self, body: bytes, path: str = "/open/crons/status") -> int:
-        prepared = self.interceptor.before_forward(path, body)
+        route = intercepted_route("PUT", path)
+        assert route is not None, path
+        prepared = self.interceptor.before_forward(route, body)
         status = self.direct(body, path)
         self.interceptor.after_forward(prepared, status)
         return status

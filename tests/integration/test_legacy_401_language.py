@@ -67,9 +67,10 @@ def site_for(tmp_path: Path, lang: str | None, system_lang: str) -> Iterator[Sit
     data.add_cron("a", "task a.js", "0 * * * *")
     settings = Settings.from_env({"BRIDGE_LEGACY_URL": "http://legacy.test:5700",
                                   "BRIDGE_LEGACY_DATA_DIR": str(data.root), "BRIDGE_DATA_DIR": str(tmp_path)})
-    container = Container(settings=settings, metrics=BridgeMetrics(),
-                          http=httpx.Client(transport=httpx.MockTransport(lambda r: pytest.fail("reached 2.x"))))
     authority = LegacyTokenAuthority(data.keyv_path)
+    container = Container(settings=settings, metrics=BridgeMetrics(),
+                          http=httpx.Client(transport=httpx.MockTransport(lambda r: pytest.fail("reached 2.x"))),
+                          token_authority=authority)
     primary = PrimaryAnswerer(_NoRecorder(), authority, BridgeMetrics(), SystemClock(),  # type: ignore[arg-type]
                               on_commit=lambda: None)
     with Legacy2xDouble(data, panel_token=PANEL_JWT, lang=lang, system_lang=system_lang) as double, \

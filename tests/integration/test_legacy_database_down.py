@@ -23,6 +23,7 @@ from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_di
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.integration import legacy_world
 from tests.integration.legacy_world import BEGIN, World, end, start
+from tests.support.routes import SHELL_STATUS
 
 world = legacy_world.world  # the fixture
 
@@ -52,7 +53,7 @@ def test_a_start_read_while_2x_holds_its_lock_is_counted_as_locked(world: World)
     blocker = sqlite3.connect(world.data.database_path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")
     try:
-        prepared = world.interceptor.before_forward("/open/crons/status", start(cron, 43, "b.log"))
+        prepared = world.interceptor.before_forward(SHELL_STATUS, start(cron, 43, "b.log"))
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
@@ -65,7 +66,7 @@ def test_a_missing_database_is_counted_as_missing_and_the_start_still_goes_throu
     moved = world.data.database_path.with_name("moved.sqlite")
     world.data.database_path.rename(moved)
     try:
-        prepared = world.interceptor.before_forward("/open/crons/status", start(cron, 44, "m.log"))
+        prepared = world.interceptor.before_forward(SHELL_STATUS, start(cron, 44, "m.log"))
     finally:
         moved.rename(world.data.database_path)
     assert prepared is not None

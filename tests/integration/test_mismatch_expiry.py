@@ -15,6 +15,7 @@ from legacy_adapters.callbacks import log_path_digest
 from tests.integration.legacy_world import BEGIN, end, start
 from tests.integration.test_reconciler import World, cron
 from tests.integration.test_reconciler import world as world_of_test_reconciler
+from tests.support.routes import SHELL_STATUS
 
 world = world_of_test_reconciler  # the same 2.x double, shadow store and reconciler, on each store backend
 
@@ -49,7 +50,7 @@ def last_pass_id(world: World) -> int:
 def test_a_mismatch_on_a_2x_row_past_the_lookback_expires_with_its_reason_and_pass(world: World) -> None:
     c = cron(world)
     world.via_bridge(start(c, 81, "x.log"))
-    prepared = world.interceptor.before_forward("/open/crons/status", end(c, 81, "x.log", 0))
+    prepared = world.interceptor.before_forward(SHELL_STATUS, end(c, 81, "x.log", 0))
     world.direct(end(c, 81, "x.log", 3))  # 2.x saw exit 3, the shadow sees exit 0
     world.interceptor.after_forward(prepared, 200)
     assert reconcile_with(world) == [("exit_code", c), ("terminal_status", c)]

@@ -24,6 +24,7 @@ from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_di
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
 from tests.support import wiring
+from tests.support.routes import SHELL_STATUS
 
 NOW = int(time.time())
 BEGIN = NOW - 3600 - NOW % 3600 + 1  # matches "0 * * * *": scheduled_system
@@ -57,7 +58,7 @@ class Site:
         """What the proxy does: ask the interceptor, answer locally or forward and report back."""
         auth = f"Bearer {self.data.system_token}" if token == "system" else (f"Bearer {token}" if token else None)
         headers = {"Content-Type": "application/json;charset=UTF-8", **({"Authorization": auth} if auth else {})}
-        prepared = self.interceptor.before_forward("/open/crons/status", body, headers)
+        prepared = self.interceptor.before_forward(SHELL_STATUS, body, headers)
         if isinstance(prepared, LocalAnswer):
             return prepared.status, prepared.body
         reply = self.http.put("/open/crons/status", content=body, headers=headers)

@@ -28,6 +28,7 @@ from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
 from tests.integration.legacy_world import BEGIN, NOW, Bridged, end, live_shell, start
 from tests.support import wiring
+from tests.support.routes import SHELL_STATUS
 
 
 @dataclass
@@ -105,7 +106,7 @@ def test_an_orphan_run_is_found_then_resolved_when_2x_has_the_execution(world: W
 def test_status_and_exit_code_disagreements_are_found_with_a_diff(world: World) -> None:
     c = cron(world)
     world.via_bridge(start(c, 14, "s.log"))
-    prepared = world.interceptor.before_forward("/open/crons/status", end(c, 14, "s.log", 0))
+    prepared = world.interceptor.before_forward(SHELL_STATUS, end(c, 14, "s.log", 0))
     world.direct(end(c, 14, "s.log", 3))  # 2.x saw exit 3, the shadow sees exit 0
     world.interceptor.after_forward(prepared, 200)
     assert world.reconcile() == [("exit_code", c), ("terminal_status", c)]
@@ -322,7 +323,7 @@ def test_a_start_whose_crontabs_row_2x_kept_locked_is_counted_as_such_and_back_f
     blocker = sqlite3.connect(world.data.database_path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # 2.x in the middle of a long write when the start arrives
     try:
-        prepared = interceptor.before_forward("/open/crons/status", start(c, 31, "u.log"))
+        prepared = interceptor.before_forward(SHELL_STATUS, start(c, 31, "u.log"))
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
@@ -337,7 +338,7 @@ def test_a_start_whose_crontabs_row_2x_kept_locked_is_counted_as_such_and_back_f
                                               {"origin": "other", "kind": "unmatched"}) or 0.0) == 0.0
     assert world.run(c, 31, "u.log") is None  # nothing guessed at the start
 
-    prepared = interceptor.before_forward("/open/crons/status", end(c, 31, "u.log"))
+    prepared = interceptor.before_forward(SHELL_STATUS, end(c, 31, "u.log"))
     interceptor.after_forward(prepared, world.direct(end(c, 31, "u.log")))
     interceptor.close()
     assert world.run(c, 31, "u.log") == ("succeeded", True)  # back-filled, marked synthesized

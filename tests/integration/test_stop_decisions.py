@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 
 from bridge.bootstrap import Store
 from bridge.callbacks.interception import ShadowInterceptor
+from bridge.callbacks.routes import StopRoute
 from bridge.config import Settings
 from bridge.jobs.recovery import recover_on_startup
 from bridge.jobs.stop_decisions import StopDecisions
@@ -32,6 +33,7 @@ from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_di
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
 from tests.support import wiring
+from tests.support.routes import SHELL_STATUS
 
 ORIGINS = frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"})
 
@@ -51,7 +53,7 @@ class World:
 
     def via_bridge(self, cron: int, status: int, pid: int, log: str, begin: int, exit_code: int | None = None) -> None:
         body = render_status_body(cron, status, pid, log, begin, 3 if status else 0, exit_code)
-        prepared = self.interceptor.before_forward("/open/crons/status", body)
+        prepared = self.interceptor.before_forward(SHELL_STATUS, body)
         reply = self.http.put("/open/crons/status", content=body, headers={
             "Authorization": f"Bearer {self.data.system_token}", "Content-Type": "application/json"})
         self.interceptor.after_forward(prepared, reply.status_code)
@@ -243,7 +245,7 @@ def test_a_reconcile_pass_inside_the_window_finds_nothing_to_say_about_a_pending
 def stop_in_flight(world: World, cron: int) -> tuple[object, bytes]:
     """A `PUT /open/crons/stop` the bridge has forwarded and 2.x has not answered yet."""
     body = f"[{cron}]".encode()
-    return world.interceptor.before_forward("/open/crons/stop", body), body
+    return world.interceptor.before_forward(StopRoute(), body), body
 
 
 def answer_stop(world: World, prepared: object, body: bytes) -> None:

@@ -32,6 +32,7 @@ from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
 from tests.integration.conftest import _postgres_store
 from tests.support import wiring
+from tests.support.routes import SHELL_STATUS
 
 HOUR = 1_796_216_400  # a whole hour (UTC): "0 * * * *" matches a begin one second later
 PIDS = itertools.count(20_000)
@@ -131,7 +132,7 @@ def test_every_execution_is_recorded_while_sqlite_fails_the_flag_reads(sqlite_ba
     try:
         with Legacy2xDouble(data).start() as double, httpx.Client(base_url=double.url, timeout=10) as http:
             def via_bridge(body: bytes) -> int:
-                prepared = interceptor.before_forward("/open/crons/status", body)
+                prepared = interceptor.before_forward(SHELL_STATUS, body)
                 status = http.put("/open/crons/status", content=body, headers={
                     "Authorization": f"Bearer {data.system_token}", "Content-Type": "application/json"}).status_code
                 interceptor.after_forward(prepared, status)

@@ -118,12 +118,13 @@ def test_one_projector_holds_the_lease_at_a_time(world: World) -> None:
 
 
 def test_the_serving_projector_holds_the_lease_projects_on_notify_and_lets_go_on_close(world: World) -> None:
-    from bridge.jobs.project import start_projector_thread
-    from legacy_adapters.status_writer import LegacyStatusWriter
+    from bridge.bootstrap import start_serving_projector
+    from bridge.service.clock import SystemClock
+    from tests.support import wiring
 
     cron = world.cron()
-    thread = start_projector_thread(SqlOutbox(world.backend.engine), LegacyStatusWriter(world.legacy.database_path),  # type: ignore[arg-type]
-                                    world.metrics, interval_s=30)
+    thread = start_serving_projector(wiring.store_on(world.backend.engine), world.legacy.database_path,  # type: ignore[arg-type]
+                                     world.metrics, SystemClock(), interval_s=30)
     try:
         assert wait_for(lambda: thread.passes >= 1, 5.0)
         assert not world.outbox.hold_lease("someone-else", wall_ms(), 1_000)  # the thread holds it

@@ -15,8 +15,9 @@ from os import PathLike
 from sqlalchemy import Engine
 
 from bridge.bootstrap import (
+    CallbackPath,
     Store,
-    build_interceptor,
+    build_callback_path,
     build_legacy_reader,
     build_reconciler,
     build_stop_decisions,
@@ -54,22 +55,28 @@ def store_on(engine: Engine, uow: object | None = None, *, metrics: ServiceMetri
 
 
 def stop_decisions(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
-                   recorder: ShadowRecorder | None = None, keep_ends: bool = True) -> StopDecisions:
-    """bootstrap.build_stop_decisions; ``keep_ends=False``: an end with a signal exit closes its Run at once."""
-    return build_stop_decisions(settings, store, recorder or ShadowRecorder(store.runs),
-                                reader or build_legacy_reader(settings), keep_ends=keep_ends)
+                   keep_ends: bool = True) -> StopDecisions:
+    """bootstrap.build_stop_decisions with a recorder of their own (as a second process would have);
+    ``keep_ends=False``: an end with a signal exit closes its Run at once."""
+    return build_stop_decisions(settings, store, ShadowRecorder(store.runs), reader or build_legacy_reader(settings),
+                                keep_ends=keep_ends)
+
+
+def callback_path(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
+                  reader: LegacyReader | None = None, keep_ends: bool = True,
+                  on_primary_commit: Callable[[], None] = lambda: None) -> CallbackPath:
+    """bootstrap.build_callback_path: the interceptor and the stop decisions it feeds, recording through one
+    recorder (``keep_ends`` as in ``stop_decisions``). The caller closes the interceptor."""
+    return build_callback_path(settings, store, metrics or BridgeMetrics(), modes, reader=reader,
+                               keep_ends=keep_ends, on_primary_commit=on_primary_commit)
 
 
 def interceptor(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
                 reader: LegacyReader | None = None, keep_ends: bool = True,
                 on_primary_commit: Callable[[], None] = lambda: None) -> ShadowInterceptor:
-    """bootstrap.build_interceptor, with the stop decisions it feeds (``keep_ends`` as in ``stop_decisions``)
-    recording through the same recorder. The caller closes it."""
-    reader = reader or build_legacy_reader(settings)
-    recorder = ShadowRecorder(store.runs)
-    stops = stop_decisions(settings, store, reader=reader, recorder=recorder, keep_ends=keep_ends)
-    return build_interceptor(settings, store, metrics or BridgeMetrics(), modes, on_primary_commit, reader=reader,
-                             recorder=recorder, stops=stops)
+    """The interceptor of ``callback_path``. The caller closes it."""
+    return callback_path(settings, store, modes, metrics=metrics, reader=reader, keep_ends=keep_ends,
+                         on_primary_commit=on_primary_commit).interceptor
 
 
 def reconciler(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,

@@ -20,7 +20,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from bridge.bootstrap import Container, Store
+from bridge.bootstrap import Container, Store, build_token_authority
 from bridge.config import Settings
 from bridge.domain.errors import RunNotFoundError
 from bridge.metrics import BridgeMetrics
@@ -156,8 +156,10 @@ def build_app(backend: Backend, tmp_path: Path, *, legacy_dir: bool = True) -> t
     seeder = seeder_for(backend)
     assert backend.engine is not None
     store = Store(engine=backend.engine, uow=backend.uow, runs=seeder.service)  # type: ignore[arg-type]
-    container = Container(settings=Settings.from_env(env), metrics=BridgeMetrics(),
-                          http=httpx.Client(transport=httpx.MockTransport(never)), store=store)
+    settings = Settings.from_env(env)
+    container = Container(settings=settings, metrics=BridgeMetrics(),
+                          http=httpx.Client(transport=httpx.MockTransport(never)), store=store,
+                          token_authority=build_token_authority(settings))
     return create_app(container), legacy, seeder
 
 

@@ -161,9 +161,10 @@ def test_healthz_is_503_when_2x_answers_its_health_check_with_an_error(upstream:
 
 @pytest.fixture
 def reconciling(upstream: FakeUpstream, store: Store, tmp_path: Path) -> Iterator[Container]:
-    container = make_container(upstream, store=store)
+    bare = make_container(upstream, store=store)
     # A 2.x data directory is what makes `bridge serve` schedule the reconciler.
-    container.settings = dataclasses.replace(container.settings, legacy_data_dir=tmp_path / "ql-data")
+    container = dataclasses.replace(bare, settings=dataclasses.replace(bare.settings,
+                                                                       legacy_data_dir=tmp_path / "ql-data"))
     yield container
     container.http.close()
 

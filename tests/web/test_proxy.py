@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from bridge.bootstrap import Container
+from bridge.callbacks.routes import InterceptedRoute, StatusRoute
 from bridge.web.proxy import raw_target
 from tests.web.asgi_client import AsgiTestClient, bridge_client
 from tests.web.conftest import JSON_2X, OK_2X, FakeUpstream, make_container
@@ -35,11 +36,11 @@ class RecordingInterceptor:
         self.calls = calls
         self.fail_in = fail_in
 
-    def before_forward(self, path: str, body: bytes, headers: Any = None) -> object | None:
-        self.calls.append(("before", path, body))
+    def before_forward(self, route: InterceptedRoute, body: bytes, headers: Any = None) -> object | None:
+        self.calls.append(("before", route, body))
         if self.fail_in == "before":
             raise RuntimeError(f"boom {body!r} {TOKEN}")
-        return {"prepared": path}
+        return {"prepared": route}
 
     def after_forward(self, prepared: object, upstream_status: int) -> None:
         self.calls.append(("after", prepared, upstream_status))
@@ -231,9 +232,9 @@ def test_the_interceptor_sees_the_callback_before_the_forward_and_the_status_aft
 
     assert response.status_code == 200 and response.get_data() == OK_2X
     assert calls == [
-        ("before", "/open/crons/status", START_BODY),
+        ("before", StatusRoute(from_shell=True), START_BODY),
         ("forward", b"/open/crons/status?t=1784340000"),
-        ("after", {"prepared": "/open/crons/status"}, 200),
+        ("after", {"prepared": StatusRoute(from_shell=True)}, 200),
     ]
 
 
@@ -244,7 +245,7 @@ def test_the_interceptor_is_told_upstreams_error_status_too(upstream: FakeUpstre
 
     put_status(client, "/api/crons/status")
 
-    assert calls[-1] == ("after", {"prepared": "/api/crons/status"}, 400)
+    assert calls[-1] == ("after", {"prepared": StatusRoute(from_shell=False)}, 400)
 
 
 def test_after_forward_is_not_called_when_upstream_is_unreachable(upstream: FakeUpstream) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bridge.callbacks.routes import InstanceStopRoute, InterceptedRoute, StatusRoute, StopRoute
 from tests.web.asgi_client import bridge_client
 from tests.web.conftest import JSON_2X, FakeUpstream, make_container
 
@@ -20,8 +21,8 @@ class AnswerRecorder:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
-    def before_forward(self, path: str, body: bytes, headers: Any = None) -> object | None:
-        return {"path": path}
+    def before_forward(self, route: InterceptedRoute, body: bytes, headers: Any = None) -> object | None:
+        return {"route": route}
 
     def after_forward(self, prepared: object, upstream_status: int, *answer: bytes) -> None:
         self.calls.append((prepared, upstream_status, *answer))
@@ -41,7 +42,7 @@ def test_stop_instance_is_shown_to_the_interceptor_with_2xs_answer(upstream: Fak
     response, calls = send(upstream, "POST", f"{prefix}/crons/12/instances/34/stop?t=1")
 
     assert response.get_data() == STOPPED  # 2.x's answer goes back unchanged
-    assert calls == [({"path": f"{prefix}/crons/12/instances/34/stop"}, 200, STOPPED)]
+    assert calls == [({"route": InstanceStopRoute(cron_id=12, instance_id=34)}, 200, STOPPED)]
 
 
 def test_a_compressed_answer_is_decoded_for_the_interceptor_and_relayed_compressed(upstream: FakeUpstream) -> None:
@@ -61,7 +62,7 @@ def test_an_answer_in_a_coding_the_bridge_cannot_read_is_passed_as_none(upstream
 
     _response, calls = send(upstream, "POST", "/open/crons/12/instances/34/stop")
 
-    assert calls == [({"path": "/open/crons/12/instances/34/stop"}, 200)]  # no answer to read
+    assert calls == [({"route": InstanceStopRoute(cron_id=12, instance_id=34)}, 200)]  # no answer to read
 
 
 def test_the_api_stop_passes_its_answer_and_a_status_callback_keeps_the_two_argument_call(
@@ -69,8 +70,8 @@ def test_the_api_stop_passes_its_answer_and_a_status_callback_keeps_the_two_argu
     _response, stop_calls = send(upstream, "PUT", "/api/crons/stop", b"[12]")
     _response, status_calls = send(upstream, "PUT", "/open/crons/status", b"{}")
 
-    assert stop_calls == [({"path": "/api/crons/stop"}, 200, b'{"code":200}')]
-    assert status_calls == [({"path": "/open/crons/status"}, 200)]
+    assert stop_calls == [({"route": StopRoute()}, 200, b'{"code":200}')]
+    assert status_calls == [({"route": StatusRoute(from_shell=True)}, 200)]
 
 
 @pytest.mark.parametrize(("method", "target"), [
