@@ -2,6 +2,7 @@
 
 Pure and standard-library only. A ratio gate whose denominator is below the published minimum fails with
 ``insufficient_data`` and no value: a ratio over three executions says nothing about a cutover.
+``weigh_open_mismatches`` says which open mismatches the gates count and why the others do not.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class OriginFigures:
     stuck_runs: int = 0
     open_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
     # Closed inside the window: resolved (a pass judged them again and found agreement), or expired (no pass can
-    # judge them any more). Neither reaches a gate: the gates count what is open.
+    # judge them any more). Neither reaches a gate: the gates read only open ones (weigh_open_mismatches: which).
     resolved_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
     expired_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
     expired_mismatches_by_reason: dict[str, int] = field(default_factory=dict)
