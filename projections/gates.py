@@ -2,6 +2,7 @@
 
 Pure and standard-library only. A ratio gate whose denominator is below the published minimum fails with
 ``insufficient_data`` and no value: a ratio over three executions says nothing about a cutover.
+``weigh_open_mismatches`` says which open mismatches the gates count and why the others do not.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from bridge.domain.mismatches import MismatchKind
 GATES = ("completeness", "terminal_status_agreement", "exit_code_agreement", "no_unexplained_duplicates",
          "no_stale_mismatches")
 INSUFFICIENT_DATA = "insufficient_data"
+# The kinds of finding the ratio gates judge again themselves, execution by execution, from 2.x's rows and the
+# Runs: completeness (missing), status and exit-code agreement.
+_JUDGED_AFRESH = frozenset({MismatchKind.MISSING.value, MismatchKind.TERMINAL_STATUS.value,
+                            MismatchKind.EXIT_CODE.value})
 _KIND = re.compile(r"^[a-z][a-z0-9_.]{0,47}$")
 
 
@@ -93,7 +98,7 @@ class OriginFigures:
     stuck_runs: int = 0
     open_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
     # Closed inside the window: resolved (a pass judged them again and found agreement), or expired (no pass can
-    # judge them any more). Neither reaches a gate: the gates count what is open.
+    # judge them any more). Neither reaches a gate: the gates read only open ones (weigh_open_mismatches: which).
     resolved_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
     expired_mismatches_by_kind: dict[str, int] = field(default_factory=dict)
     expired_mismatches_by_reason: dict[str, int] = field(default_factory=dict)
@@ -164,6 +169,42 @@ def evaluate(figures: OriginFigures, thresholds: GateThresholds, window: Window)
                  f"{f.stale_mismatches} open {'/'.join(t.stale_mismatch_kinds) or '(no kinds)'} mismatch(es) "
                  f"first seen before the window start ({local_time(window.start_ms, window.zone, millis=False)})"),
     ]
+
+
+@dataclass(frozen=True)
+class OpenMismatchWeight:
+    """How one origin's open mismatches weigh on its gates: the ones a gate counts, and the rest by why not."""
+
+    total: int
+    duplicates: int  # every open duplicate: no_unexplained_duplicates counts them
+    stale: int  # open findings of a stale kind first seen before the window: no_stale_mismatches counts them
+    not_yet_stale: int  # findings of a stale kind first seen inside the window
+    judged_afresh: dict[str, int]  # kind -> open findings the ratio gates judge from the executions themselves
+    ungated: dict[str, int]  # kind -> open findings of a kind no gate reads
+    stale_kinds: tuple[str, ...]  # the stale kinds that have open findings
+
+    @property
+    def against_gates(self) -> int:
+        return self.duplicates + self.stale
+
+
+def weigh_open_mismatches(figures: OriginFigures, thresholds: GateThresholds) -> OpenMismatchWeight:
+    """Which open mismatches the gates count (``evaluate``'s two count gates) and which they do not, by kind.
+
+    The ratio gates read no finding: they set each of 2.x's executions in the window against its Run as the
+    report finds them, so a ``missing`` finding whose execution has a Run since (an import, a late callback) weighs
+    nothing, and one whose execution still has none weighs through completeness."""
+    open_now = {kind: n for kind, n in figures.open_mismatches_by_kind.items() if n > 0}
+    duplicates = open_now.pop(MismatchKind.DUPLICATE.value, 0)
+    stale_kinds = tuple(k for k in thresholds.stale_mismatch_kinds if k in open_now)
+    of_stale_kinds = sum(open_now.pop(k) for k in stale_kinds)
+    # With `duplicate` among the stale kinds, the stale figure may include duplicates counted already; bounding it
+    # by the other stale kinds' findings errs on the side of counting too many, never too few.
+    stale = min(figures.stale_mismatches, of_stale_kinds)
+    afresh = {k: n for k, n in sorted(open_now.items()) if k in _JUDGED_AFRESH}
+    ungated = {k: n for k, n in sorted(open_now.items()) if k not in _JUDGED_AFRESH}
+    return OpenMismatchWeight(duplicates + of_stale_kinds + sum(open_now.values()), duplicates, stale,
+                              of_stale_kinds - stale, afresh, ungated, stale_kinds)
 
 
 def passes_all(verdicts: list[GateVerdict]) -> bool:

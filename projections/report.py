@@ -12,14 +12,17 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from bridge.domain.mismatches import MismatchKind
 from projections.gates import (
     INSUFFICIENT_DATA,
     GateThresholds,
+    OpenMismatchWeight,
     OriginFigures,
     Window,
     evaluate,
     local_time,
     passes_all,
+    weigh_open_mismatches,
 )
 from projections.report_redaction import diff_sides, summarize_diff
 from projections.report_schema import RATIO_GATES, SCHEMA
@@ -71,7 +74,7 @@ def origin_entry(figures: OriginFigures, thresholds: GateThresholds, window: Win
     gates = [v.to_dict() for v in verdicts]
     return {
         "origin": figures.origin,
-        "verdict": _verdict(figures, gates, window, thresholds.min_executions, promotable, seam),
+        "verdict": _verdict(figures, gates, window, thresholds, promotable, seam),
         "mode": mode,
         "observable": True,
         "note": note,
@@ -99,12 +102,12 @@ def unobservable_entry(origin: str, *, mode: str | None, reason: str = NOT_OBSER
     }
 
 
-def _verdict(f: OriginFigures, gates: list[dict[str, Any]], window: Window, minimum: int, promotable: bool,
-             seam: str | None) -> dict[str, str]:
+def _verdict(f: OriginFigures, gates: list[dict[str, Any]], window: Window, thresholds: GateThresholds,
+             promotable: bool, seam: str | None) -> dict[str, str]:
     """The one sentence an operator decides on: the state first, then why, then what it rests on."""
-    name = f.origin
+    name, minimum = f.origin, thresholds.min_executions
     ran = f"{_many(f.executions_observed, 'execution')} over {span(window)}"
-    problems = _many(sum(f.open_mismatches_by_kind.values()), "open mismatch", "open mismatches")
+    problems = open_mismatch_words(f, thresholds)
     unplaced = f.unmatched_callbacks + f.ambiguous_callbacks
     problems += f", {_many(unplaced, 'unplaced callback')}" if unplaced else ""
     failing = [g for g in gates if not g["passed"]]
@@ -123,6 +126,50 @@ def _verdict(f: OriginFigures, gates: list[dict[str, Any]], window: Window, mini
         return {"state": "not_ready", "sentence": f"{name}: not ready for primary — {why}; {ran}, {problems}"}
     return {"state": "insufficient_data",
             "sentence": f"{name}: insufficient data — {ran}{_shortfall(f, minimum)}; {problems}"}
+
+
+def open_mismatch_words(f: OriginFigures, thresholds: GateThresholds) -> str:
+    """The open mismatches, how many count against the gates and why the rest do not: ``108 open mismatches,
+    none counting against the gates (108 missing, which the gates judge afresh per execution: …)``."""
+    w = weigh_open_mismatches(f, thresholds)
+    head = _many(w.total, "open mismatch", "open mismatches")
+    if not w.total:
+        return head
+    kinds = "/".join(w.stale_kinds)
+    against = []
+    if w.duplicates:
+        against.append(f"{w.duplicates:,} duplicate")
+    if w.stale:
+        against.append(f"{w.stale:,} {kinds} first seen before the window")
+    spared = []
+    if w.judged_afresh:
+        spared.append(f"{_by_kind(w.judged_afresh)}, which the gates judge afresh per execution{_missing_now(f, w)}")
+    if w.not_yet_stale:
+        spared.append(f"{w.not_yet_stale:,} {kinds} first seen inside the window, not yet stale")
+    if w.ungated:
+        spared.append(f"{_by_kind(w.ungated)}, which no gate reads")
+    if not against:
+        return f"{head}, none counting against the gates ({'; '.join(spared)})"
+    if not spared:
+        return f"{head}, all counting against the gates ({', '.join(against)})"
+    return (f"{head}, {w.against_gates:,} counting against the gates ({', '.join(against)}) and "
+            f"{w.total - w.against_gates:,} not ({'; '.join(spared)})")
+
+
+def _missing_now(f: OriginFigures, w: OpenMismatchWeight) -> str:
+    """What the scan found afresh of the executions ``missing`` findings are about: whether any still lacks a
+    Run (completeness counts those), or none does (a reconcile pass that judges them again closes them)."""
+    if MismatchKind.MISSING.value not in w.judged_afresh:
+        return ""
+    without_run = f.executions_observed - f.with_shadow_run
+    if without_run:
+        return f": completeness counts the {_many(without_run, 'execution')} in the window without a Run"
+    imported = f", {f.legacy_import_excluded:,} of them imported from 2.x history" if f.legacy_import_excluded else ""
+    return f": no execution in the window lacks a Run now{imported}"
+
+
+def _by_kind(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n:,} {kind}" for kind, n in counts.items())
 
 
 def _failure(gate: Mapping[str, Any]) -> str:

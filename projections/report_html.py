@@ -330,7 +330,8 @@ def _value(value: Any, instance_status: bool = False) -> str:
 
 
 def _lifecycle(origins: list[dict[str, Any]]) -> str:
-    """Per origin: open now (what the gates count), and closed inside the window as resolved or as expired."""
+    """Per origin: open now, and closed inside the window as resolved or as expired. Open is not what the gates
+    count: the verdict sentence says how many of those do and why the rest do not."""
     head = ("Origin", "Open", "Resolved in window", "Expired in window")
     rows = []
     for o in origins:

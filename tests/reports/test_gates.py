@@ -13,6 +13,7 @@ from projections.gates import (
     evaluate,
     failing,
     passes_all,
+    weigh_open_mismatches,
 )
 
 WINDOW = Window(1_000_000, 2_000_000)
@@ -79,6 +80,34 @@ def test_a_stale_open_mismatch_fails_no_stale_mismatches_and_names_the_kinds() -
     v = verdict(healthy(stale_mismatches=2), "no_stale_mismatches")
     assert (v.passed, v.value, v.reason) == (False, 2, "stale_mismatches_found")
     assert "stuck/orphan" in v.detail
+
+
+def test_only_duplicates_and_stale_findings_count_against_the_gates_and_every_open_one_is_placed_once() -> None:
+    figures = healthy(open_mismatches_by_kind={"duplicate": 2, "stuck": 3, "orphan": 1, "missing": 7,
+                                               "exit_code": 1, "pid": 4, "compat.unmatched_callback": 2},
+                      duplicates=2, stale_mismatches=1)
+    w = weigh_open_mismatches(figures, STRICT)
+    assert (w.total, w.against_gates, w.duplicates, w.stale, w.not_yet_stale) == (20, 3, 2, 1, 3)
+    assert w.judged_afresh == {"exit_code": 1, "missing": 7}
+    assert w.ungated == {"compat.unmatched_callback": 2, "pid": 4}
+    assert w.stale_kinds == ("stuck", "orphan")
+    assert w.total == (w.duplicates + w.stale + w.not_yet_stale + sum(w.judged_afresh.values())
+                       + sum(w.ungated.values()))
+
+
+def test_open_missing_findings_never_count_against_the_gates_unless_missing_is_made_a_stale_kind() -> None:
+    figures = healthy(open_mismatches_by_kind={"missing": 108})
+    assert weigh_open_mismatches(figures, STRICT).against_gates == 0
+    figures.stale_mismatches = 100  # missing findings first seen before the window
+    stale_missing = weigh_open_mismatches(figures, GateThresholds(stale_mismatch_kinds=("missing",)))
+    assert (stale_missing.stale, stale_missing.not_yet_stale, stale_missing.judged_afresh) == (100, 8, {})
+
+
+def test_a_duplicate_made_a_stale_kind_is_never_counted_twice_beyond_the_other_stale_findings() -> None:
+    both = GateThresholds(stale_mismatch_kinds=("stuck", "duplicate"))
+    figures = healthy(open_mismatches_by_kind={"duplicate": 3, "stuck": 1}, duplicates=3, stale_mismatches=4)
+    w = weigh_open_mismatches(figures, both)
+    assert (w.total, w.against_gates, w.duplicates, w.stale, w.not_yet_stale) == (4, 4, 3, 1, 0)
 
 
 def test_no_verdicts_never_counts_as_passing() -> None:

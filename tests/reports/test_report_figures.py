@@ -137,6 +137,25 @@ def test_runs_imported_from_2x_history_are_left_out(scenario: Scenario) -> None:
     assert any("legacy_import" in n for n in report["notes"])
 
 
+def test_open_missing_findings_about_executions_an_import_has_given_runs_are_said_not_to_count(
+        scenario: Scenario) -> None:
+    cron = scenario.cron()
+    matching_set(scenario, cron, 20)
+    found_missing_ms = NOW_MS - 3 * 86_400_000  # a pass found these missing; the import came afterwards
+    for hours_ago in (30, 31, 32):
+        imported = scenario.execution(cron, NOW_S - hours_ago * HOUR, status=1, exit_code=0)
+        scenario.mark_imported(imported["run_id"])
+        scenario.mismatch("missing", first_seen_ms=found_missing_ms, cron_id=cron,
+                          diff=json.dumps({"legacy": {"status": 1, "pid": imported["pid"]}, "shadow": None}))
+    manual = entry(scenario.report(), "manual")
+    assert manual["figures"]["open_mismatches_by_kind"] == {"missing": 3}
+    assert manual["verdict"] == {
+        "state": "ready",
+        "sentence": "manual: ready for primary — 20 executions over 7 days, 3 open mismatches, none counting "
+                    "against the gates (3 missing, which the gates judge afresh per execution: no execution in "
+                    "the window lacks a Run now, 3 of them imported from 2.x history)"}
+
+
 def test_open_mismatches_drive_the_duplicate_and_stale_gates_examples_and_timeline(scenario: Scenario) -> None:
     cron = scenario.cron()
     matching_set(scenario, cron, 20)

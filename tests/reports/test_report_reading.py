@@ -71,7 +71,39 @@ def test_a_failing_gate_is_named_in_the_sentence_with_its_figure_and_threshold()
     assert verdict["state"] == "not_ready"
     assert verdict["sentence"] == (
         "manual: not ready for primary — completeness 97.50% is below 99.00% (39 of 40 executions with a shadow "
-        "Run); 40 executions over 7 days, 3 open mismatches, 1 unplaced callback")
+        "Run); 40 executions over 7 days, 3 open mismatches, none counting against the gates (2 exit_code, which "
+        "the gates judge afresh per execution; 1 stuck first seen inside the window, not yet stale), 1 unplaced "
+        "callback")
+
+
+def test_open_missing_findings_whose_executions_have_runs_now_are_said_not_to_count_against_the_gates() -> None:
+    # A pass found them missing; an import has given those executions Runs since, and the next pass resolves them.
+    figures = healthy("script", n=401, open_mismatches_by_kind={"missing": 108}, legacy_import_excluded=108)
+    verdict = entry_of(figures)["verdict"]
+    assert verdict == {
+        "state": "ready",
+        "sentence": "script: ready for primary — 401 executions over 7 days, 108 open mismatches, none counting "
+                    "against the gates (108 missing, which the gates judge afresh per execution: no execution in "
+                    "the window lacks a Run now, 108 of them imported from 2.x history)"}
+
+
+def test_missing_findings_beside_executions_still_without_a_run_point_at_completeness() -> None:
+    figures = healthy(n=400, with_shadow_run=397, open_mismatches_by_kind={"missing": 5})
+    assert entry_of(figures)["verdict"]["sentence"].endswith(
+        "5 open mismatches, none counting against the gates (5 missing, which the gates judge afresh per execution: "
+        "completeness counts the 3 executions in the window without a Run)")
+
+
+def test_the_sentence_splits_open_mismatches_into_those_the_gates_count_and_the_rest_with_why() -> None:
+    figures = healthy(open_mismatches_by_kind={"duplicate": 2, "stuck": 4, "orphan": 1, "missing": 3, "pid": 2},
+                      duplicates=2, stale_mismatches=3)
+    assert entry_of(figures)["verdict"]["sentence"].endswith(
+        "12 open mismatches, 5 counting against the gates (2 duplicate, 3 stuck/orphan first seen before the "
+        "window) and 7 not (3 missing, which the gates judge afresh per execution: no execution in the window "
+        "lacks a Run now; 2 stuck/orphan first seen inside the window, not yet stale; 2 pid, which no gate reads)")
+    counted = healthy(open_mismatches_by_kind={"duplicate": 1, "orphan": 2}, duplicates=1, stale_mismatches=2)
+    assert entry_of(counted)["verdict"]["sentence"].endswith(
+        "3 open mismatches, all counting against the gates (1 duplicate, 2 orphan first seen before the window)")
 
 
 def test_too_few_executions_are_their_own_neutral_state_not_a_failure() -> None:
