@@ -175,10 +175,13 @@ class CachedModes:
 
     def __init__(self, flags: FlagService, ttl_s: float = 1.0, *, max_stale_s: float = 60.0,
                  on_failure: Callable[[str], None] = lambda _error: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 refresh_in: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """Reads the flags once now (start-up); afterwards a refresh runs off the callers' threads
+        (``refresh_in``; LastKnown's own thread by default), so the callback path never waits for the store."""
         self.cache: LastKnown[dict[str, Mode]] = LastKnown(flags.modes, what="flags", fallback={}, ttl_s=ttl_s,
                                                            max_stale_s=max_stale_s, on_failure=on_failure,
-                                                           clock=clock)
+                                                           clock=clock, refresh_in=refresh_in)
 
     def mode_for(self, origin: str) -> Mode:
         return self.cache.get().get(origin, Mode.OFF)

@@ -1,11 +1,13 @@
 """LastKnown: a value read from a store at most once per ``ttl_s``, whose last good read stays in force
-while refreshes fail.
+while refreshes fail, and which never makes its reader wait for the store.
 
 The values kept this way are decisions somebody else made (an operator's flags, whether the bridge still owns
 an open execution): a transient read error (a dropped connection, a locked file) says nothing about them, so
 it must never change them. A failure is counted each time and logged once per episode: when it begins, when the
 value's age passes ``max_stale_s`` (it stays in force, and ``stale`` says so for readiness), and when reads
-succeed again. Before any read has succeeded there is nothing to keep, and ``fallback`` is used.
+succeed again. The first read is made when the value is built (at start-up, never on a callback); before any read
+has succeeded, ``fallback`` is in force. After that ``get`` answers at once from what is held: a refresh that is
+due runs off the caller's thread, one at a time, so a store that stops answering holds that refresh alone.
 """
 
 from __future__ import annotations
@@ -26,11 +28,26 @@ def failure_name(exc: BaseException) -> str:
     return str(getattr(exc, "code", None) or type(exc).__name__)
 
 
+def in_background(what: str) -> Callable[[Callable[[], None]], None]:
+    """Runs each refresh on a daemon thread of its own, named for the value (at most one runs at a time)."""
+    def start(refresh: Callable[[], None]) -> None:
+        threading.Thread(target=refresh, name=f"refresh-{what}", daemon=True).start()
+
+    return start
+
+
+def inline(refresh: Callable[[], None]) -> None:
+    """Runs a refresh on the caller's thread: for a caller that may wait (a command, a test's fixed clock)."""
+    refresh()
+
+
 class LastKnown(Generic[T]):
     def __init__(self, read: Callable[[], T], *, what: str, fallback: T, ttl_s: float = 1.0,
                  max_stale_s: float = 60.0, on_failure: Callable[[str], None] = lambda _error: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """``what`` names the value in log lines ("flags"); ``on_failure`` gets the failure's bounded name."""
+                 clock: Callable[[], float] = time.monotonic,
+                 refresh_in: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """``what`` names the value in log lines ("flags"); ``on_failure`` gets the failure's bounded name;
+        ``refresh_in`` runs a due refresh (on a thread of its own by default). The first read happens here."""
         self._read = read
         self._what = what
         self._ttl_s = ttl_s
@@ -40,17 +57,25 @@ class LastKnown(Generic[T]):
         self._lock = threading.Lock()
         self._value = fallback
         self._read_ok_at: float | None = None  # the last successful read
-        self._tried_at = float("-inf")
         self._failures = 0  # failed refreshes in the current episode
         self._stale_logged = False
+        self._refreshing = False
+        self._refresh_in = refresh_in or in_background(what)
+        self._tried_at = self._clock()
+        self._refresh()
 
     def get(self) -> T:
-        """The value in force: refreshed when older than ``ttl_s``, kept when the refresh fails."""
+        """The value in force, at once. When it is older than ``ttl_s`` and no refresh is running, one is
+        started; the value it reads (or keeps, when it fails) is in force for the next caller."""
         with self._lock:
             now = self._clock()
-            if now - self._tried_at >= self._ttl_s:
-                self._tried_at = now
-                self._refresh(now)
+            due = not self._refreshing and now - self._tried_at >= self._ttl_s
+            if due:
+                self._tried_at, self._refreshing = now, True
+            if not due:
+                return self._value
+        self._refresh_in(self._refresh)
+        with self._lock:  # what the refresh read when it ran inline; the value held so far when it runs apart
             return self._value
 
     def put(self, value: T) -> None:
@@ -77,15 +102,27 @@ class LastKnown(Generic[T]):
             return self._failures > 0 and (self._read_ok_at is None
                                            or self._clock() - self._read_ok_at > self.max_stale_s)
 
-    def _refresh(self, now: float) -> None:
+    @property
+    def refreshing(self) -> bool:
+        """Whether a refresh is running now."""
+        with self._lock:
+            return self._refreshing
+
+    def _refresh(self) -> None:
+        """One read, outside the lock (readers keep the value in force meanwhile); its outcome under it."""
         try:
-            value = self._read()
+            value, error = self._read(), None
         except Exception as exc:  # noqa: BLE001 - any failure keeps the last value; it is counted and logged
-            self._failed(now, failure_name(exc))
-            return
-        if self._failures:
-            log.warning("%s readable again after %d failed reads", self._what, self._failures)
-        self._value, self._read_ok_at, self._failures, self._stale_logged = value, now, 0, False
+            value, error = None, failure_name(exc)
+        with self._lock:
+            self._refreshing = False
+            now = self._clock()
+            if error is not None:
+                self._failed(now, error)
+                return
+            if self._failures:
+                log.warning("%s readable again after %d failed reads", self._what, self._failures)
+            self._value, self._read_ok_at, self._failures, self._stale_logged = value, now, 0, False  # type: ignore[assignment]
 
     def _failed(self, now: float, error: str) -> None:
         self._failures += 1

@@ -11,6 +11,7 @@ from sqlalchemy import create_engine, insert, select
 from bridge.domain.model import Mode
 from bridge.service.admin import admin_token_matches, new_admin_token
 from bridge.service.flags import CachedModes, FlagService, InvalidFlagChangeError, PromotionRefusedError
+from bridge.service.last_known import inline
 from bridge.storage.flags import SqlFlagStore
 from bridge.storage.schema import cutover_reports_table, flag_audit_table
 from tests.conftest import Backend
@@ -113,7 +114,7 @@ def test_the_last_flags_read_stay_in_force_while_the_store_cannot_be_read(
     flags.set_mode("manual", "shadow", actor="ops", reason="measure")
     failures: list[str] = []
     clock = [0.0]
-    modes = CachedModes(flags, on_failure=failures.append, clock=lambda: clock[0])
+    modes = CachedModes(flags, on_failure=failures.append, clock=lambda: clock[0], refresh_in=inline)
     assert modes.mode_for("manual") is Mode.SHADOW
     sql_backend.engine.dispose()
     broken = SqlFlagStore(create_engine("sqlite:////nonexistent-folder/store.sqlite"))

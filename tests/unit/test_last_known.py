@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
 from bridge.domain.errors import StoreUnavailableError
-from bridge.service.last_known import LastKnown
+from bridge.service.last_known import LastKnown, inline
 
 
 class Source:
@@ -45,8 +48,9 @@ def clock() -> Clock:
 
 def cache(source: Source, clock: Clock, failures: list[str] | None = None) -> LastKnown[dict[str, str]]:
     sink = failures if failures is not None else []
+    # Refreshed inline, so that each get() after the clock moved shows that refresh's outcome at once.
     return LastKnown(source, what="flags", fallback={}, ttl_s=1.0, max_stale_s=60.0, on_failure=sink.append,
-                     clock=clock)
+                     clock=clock, refresh_in=inline)
 
 
 def test_a_failed_refresh_keeps_the_last_value_in_force(source: Source, clock: Clock) -> None:
@@ -132,3 +136,51 @@ def test_a_value_put_first_hand_is_in_force_until_the_next_read(source: Source, 
     assert kept.get() == {"manual": "primary"} and source.reads == 1
     clock.now += 0.5
     assert kept.get() == {"manual": "shadow"} and source.reads == 2
+
+
+class SilentSource(Source):
+    """A store read that, once ``silent`` is set, does not answer until ``answer`` is set (a store gone quiet)."""
+
+    def __init__(self, value: dict[str, str]) -> None:
+        super().__init__(value)
+        self.silent = threading.Event()
+        self.answer = threading.Event()
+        self.waiting = threading.Semaphore(0)  # released each time a read starts waiting
+
+    def __call__(self) -> dict[str, str]:
+        if self.silent.is_set():
+            self.waiting.release()
+            self.answer.wait(10)
+        return super().__call__()
+
+
+def test_a_store_that_stops_answering_never_holds_a_reader_and_only_one_refresh_waits_on_it(clock: Clock) -> None:
+    source = SilentSource({"manual": "shadow"})
+    kept = LastKnown(source, what="flags", fallback={}, ttl_s=1.0, clock=clock)
+    assert source.reads == 1  # read once when built, before any caller
+    source.silent.set()
+    source.value = {"manual": "primary"}
+    try:
+        answers = []
+        for _ in range(50):
+            clock.now += 1.0
+            started = time.monotonic()
+            answers.append(kept.get())
+            assert time.monotonic() - started < 0.5
+        assert source.waiting.acquire(timeout=5) and kept.refreshing
+        assert not source.waiting.acquire(timeout=0.2)  # the one refresh still waits; no second one began
+        assert answers == [{"manual": "shadow"}] * 50
+    finally:
+        source.answer.set()
+    assert wait_until(lambda: not kept.refreshing)
+    clock.now += 1.0
+    assert kept.get() == {"manual": "primary"}  # what the refresh read once the store answered
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return check()
