@@ -1,4 +1,4 @@
-"""BridgeMetrics: the Prometheus metrics of DESIGN.md section 9 on a registry owned by one app.
+"""BridgeMetrics: the Prometheus metrics of docs/metrics.md on a registry owned by one app.
 
 Every name of the bridge's own starts with `ql_bridge_`; prometheus_client's process and platform collectors keep
 their standard names (`process_resident_memory_bytes`, `python_info`), so stock dashboards and alerts work as they

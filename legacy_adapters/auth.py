@@ -1,6 +1,7 @@
-"""2.x's ``/open/*`` token check (legacy-2x.md section 4), answered from ``data/db/keyv.sqlite``.
+"""2.x's ``/open/*`` token check (docs/legacy-2x.md#authentication), answered from ``data/db/keyv.sqlite``.
 
-2.x reads its Keyv cache, not the ``Apps`` table, so this does too (10.11: never diverge from it).
+2.x reads its Keyv cache, not the ``Apps`` table, so this does too (docs/legacy-2x.md#auth-reads-the-cache: never
+diverge from it).
 
 The 401 messages are in 2.x's own language. v2.21.0's ``t()`` (back/shared/i18n.ts) ignores the
 request (no Accept-Language): it translates into the HTTP worker's ``currentLang``, which initData sets

@@ -1,7 +1,7 @@
 """2.x v2.21.0's handling of ``PUT /open/crons/status`` bodies, reproduced as pure functions.
 
-body-parser + celebrate/Joi + the route's parseInt coercion (legacy-2x.md 3.1-3.3, 10.13), the
-byte-exact body that ``shell/api.sh update_cron`` sends, and the log_path digest.
+body-parser + celebrate/Joi + the route's parseInt coercion (docs/legacy-2x.md#the-status-callback,
+#validation-refuses-extra-keys), the byte-exact body that ``shell/api.sh update_cron`` sends, and the log_path digest.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def log_path_digest(log_path: str | None) -> str | None:
 
 
 def joi_error(path: list[str | int], text: str) -> LegacyCallbackParseError:
-    """celebrate's 400 for a Joi failure at ``path``, with 2.x's exact body (legacy-2x.md 3.1)."""
+    """celebrate's 400 for a Joi failure at ``path``, with 2.x's exact body (docs/legacy-2x.md#callback-validation)."""
     label = "".join(f"[{p}]" if isinstance(p, int) else ("." if i else "") + p for i, p in enumerate(path)) or "value"
     message = f'"{label}" {text}'
     # celebrate's errors(): keys are detail.path.join('.') passed through escape-html.

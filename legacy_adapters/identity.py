@@ -16,7 +16,7 @@ from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 
-# DESIGN.md section 5: the fields whose change makes a new task revision.
+# docs/shadow-recording.md: the fields whose change makes a new task revision.
 _REVISION_FIELDS = ("command", "schedule", "task_before", "task_after", "work_dir", "log_name")
 
 
@@ -60,13 +60,13 @@ def speaking_row(rows: Sequence[LegacyInstance], invalid: Collection[int] = ()) 
     one without invalid values (``invalid``: the ids of the others), then a closed one, then the lowest id.
     Startup recovery, the stop decider, the reconciler and ``import-legacy`` all take this row.
 
-    Why the lowest closed id, from 2.x's own code (back/services/cron.ts ``status``, legacy-2x.md 3.6, 5.1):
-    every start callback inserts a row (a replayed one too), ids follow insertion, and an end callback closes
-    every open row of that cron and pid at once, stamping ``finished_at`` with its own arrival. So the lowest
-    id is the execution's own start, and no row of the execution is closed before it: it was closed by the
-    execution's own end, with 2.x's true facts. A higher row closed differently was opened by a replay after
-    that end and closed by something later (a replayed end stamps the replay's time; 2.x's boot reset leaves
-    it stopped without finish time or exit code), so the newest closed row can tell a wrong story. A running
-    row says nothing about how the execution ended while a closed one exists.
+    Why the lowest closed id, from 2.x's own code (back/services/cron.ts ``status``,
+    docs/legacy-2x.md#what-a-callback-writes, #startup-reset): every start callback inserts a row (a replayed one too),
+    ids follow insertion, and an end callback closes every open row of that cron and pid at once, stamping
+    ``finished_at`` with its own arrival. So the lowest id is the execution's own start, and no row of the execution is
+    closed before it: it was closed by the execution's own end, with 2.x's true facts. A higher row closed differently
+    was opened by a replay after that end and closed by something later (a replayed end stamps the replay's time; 2.x's
+    boot reset leaves it stopped without finish time or exit code), so the newest closed row can tell a wrong story. A
+    running row says nothing about how the execution ended while a closed one exists.
     """
     return min(rows, key=lambda i: (i.id in invalid, i.status == InstanceStatus.RUNNING, i.id))

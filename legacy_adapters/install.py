@@ -1,4 +1,5 @@
-"""What a running 2.x install says about itself, from evidence on disk and in /proc (legacy-2x.md 1.3, 7).
+"""What a running 2.x install says about itself, from evidence on disk and in /proc (docs/legacy-2x.md#ports,
+#log-paths).
 
 - Ports. The entrypoint exports `BACK_PORT` from `QlPort` before it sources `config/config.sh`, and the
   backend listens on `BACK_PORT`. Every task shell (`task.sh`, `update.sh`) inherits the environment of

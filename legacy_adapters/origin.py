@@ -1,10 +1,11 @@
-"""Infer a 2.x execution's origin from evidence (DESIGN.md section 5); the callback never says it.
+"""Infer a 2.x execution's origin from evidence (docs/shadow-recording.md); the callback never says it.
 
 Order: 2.x's own Crontabs row read *before* the start callback is forwarded (runSingle has already
 written status 0 with the child's pid and log_path: manual, or boot for an @boot schedule); else a begin
 time that matches the cron's schedule (scheduled_node / scheduled_system by scheduler mode and the
-6-field / extra_schedules rule, legacy-2x.md 6.3); else script (any shell command can report under an
-ID, legacy-2x.md 10.10). Each decision carries a short evidence code, never the command or path.
+6-field / extra_schedules rule, docs/legacy-2x.md#scheduler-routing); else script (any shell command can report under an
+ID, docs/legacy-2x.md#any-shell-can-report-under-a-cron-id). Each decision carries a short evidence code, never the
+command or path.
 
 Whether a schedule fires at a time is decided the way the 2.x process that runs it decides, not by a
 generic cron library: node mode by node-schedule (legacy_adapters/node_schedule.py), system mode by the

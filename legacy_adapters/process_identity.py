@@ -1,4 +1,4 @@
-"""Linux process identity (ADR-0001 13.2): a pid alone proves nothing, pids are reused.
+"""Linux process identity (docs/run-state.md#startup-recovery): a pid alone proves nothing, pids are reused.
 
 A handle is the boot id plus the start ticks and process group from /proc/<pid>/stat, taken while the
 task shell is known to be alive (at its start callback). Later the process counts as the same one only
@@ -18,8 +18,8 @@ from pathlib import Path
 from legacy_adapters.install import find_backend_processes
 
 PROC = Path("/proc")
-# The task shell is bash running task.sh (legacy-2x.md 3.4); a pid whose command is something else is not
-# the shell that called back (a different pid namespace, or an already reused pid), so no handle is taken.
+# The task shell is bash running task.sh (docs/legacy-2x.md#callback-senders); a pid whose command is something else is
+# not the shell that called back (a different pid namespace, or an already reused pid), so no handle is taken.
 SHELL_COMMANDS = frozenset({"bash", "sh", "task", "task.sh", "ash", "dash"})
 
 

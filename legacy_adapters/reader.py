@@ -219,9 +219,9 @@ class LegacyReader:
         """Instances of ``cron_id`` with ``pid`` (NULL matches NULL) that 2.x inserted between ``lookback_s``
         before and INSTANCE_LOOKAHEAD_S after ``at_ms``, newest first, reading at most ``max_ids`` ids.
 
-        RunningInstances has no index but its primary key (legacy-2x.md 2.4) and is never pruned, and the bridge
-        adds nothing to 2.x's schema. 2.x stamps ``createdAt`` as it inserts, so ids follow ``createdAt``: binary
-        searches over the key find the ids inserted at the window's two ends, and only the ids between are read,
+        RunningInstances has no index but its primary key (docs/legacy-2x.md#runninginstances) and is never pruned, and
+        the bridge adds nothing to 2.x's schema. 2.x stamps ``createdAt`` as it inserts, so ids follow ``createdAt``:
+        binary searches over the key find the ids inserted at the window's two ends, and only the ids between are read,
         through the key. However many instances the cron has had since, one lookup stays this size.
         """
         select = self._select("RunningInstances", INSTANCE_COLUMNS)

@@ -1,4 +1,5 @@
-"""2.x v2.21.0's routes that carry a task's run state: the status callbacks and the stops (legacy-2x.md 3, 9).
+"""2.x v2.21.0's routes that carry a task's run state: the status callbacks and the stops
+(docs/legacy-2x.md#the-status-callback, #run-state-routes).
 
 Paths are exact and case-sensitive: 2.x answers mixed-case /api/ and /open/ paths with its own 400.
 """

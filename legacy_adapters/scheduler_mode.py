@@ -1,4 +1,5 @@
-"""Which scheduler 2.x runs its crons with (legacy-2x.md 1.3): crond ("system") or its own node-schedule ("node")."""
+"""Which scheduler 2.x runs its crons with (docs/legacy-2x.md#scheduler-mode): crond ("system") or its own node-schedule
+("node")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The 2.x (v2.21.0) schema as it sits on disk: exact DDL, numeric enums, and text encodings.
 
-We never migrate the 2.x database; these strings mirror it (legacy-2x.md 2.2-2.9) for reads and the double.
+We never migrate the 2.x database; these strings mirror it (docs/legacy-2x.md#the-database) for reads and the double.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ CRONTABS_OPTIONAL_COLUMNS = frozenset(
         "work_dir",
     }
 )
-# The columns ADR-0064 uses to recognise a 2.x database.
+# The columns that recognise a 2.x database (docs/run-state.md#adopting-a-2x-database).
 CRONTABS_SENTINEL_COLUMNS = frozenset({"id", "command", "schedule"})
 
 
@@ -104,8 +104,8 @@ class EndedAs:
     error_code: ErrorCode | None  # what an imported Run records; a stop's source is not in 2.x's row
 
 
-# legacy-2x.md 2.8: each ended instance status as a Run status, an Attempt status and an error code. The Run
-# status is what a shadow Run should sit beside; the import records all three. RUNNING is not ended.
+# docs/legacy-2x.md#status-numbers: each ended instance status as a Run status, an Attempt status and an error code. The
+# Run status is what a shadow Run should sit beside; the import records all three. RUNNING is not ended.
 ENDED_INSTANCE: Mapping[InstanceStatus, EndedAs] = {
     InstanceStatus.FINISHED: EndedAs(RunStatus.SUCCEEDED, AttemptStatus.SUCCEEDED, None),
     InstanceStatus.ERROR: EndedAs(RunStatus.FAILED, AttemptStatus.FAILED, ErrorCode.PROCESS_EXIT_ERROR),

@@ -1,13 +1,13 @@
 """LegacyStatusWriter: writes projected columns into 2.x's ``database.sqlite``, in as few 2.x transactions as it can.
 
-2.x runs its SQLite in rollback-journal mode and waits for a busy database in SQLite's busy handler (legacy-2x.md
-2.1), so every transaction of ours holds 2.x's only write lock across two syncs while 2.x's writers sleep behind
-it. This writer therefore reads first, without any write lock, and opens a transaction only for what would
-change: ``BEGIN IMMEDIATE``, the differing rows, COMMIT. It never waits inside 2.x's lock (busy timeout 0: a
-busy database raises ``LegacyBusyError`` and the projector retries later), never changes a setting of 2.x's
-database (journal_mode, synchronous), never creates or alters a table, and touches only the projected columns
-of ``Crontabs`` plus the ``RunningInstances`` rows the projection owns. A database it cannot write at all
-raises ``LegacyDatabaseError`` whose reason is the reader's ``DatabaseState`` code.
+2.x runs its SQLite in rollback-journal mode and waits for a busy database in SQLite's busy handler
+(docs/legacy-2x.md#connection-and-locking), so every transaction of ours holds 2.x's only write lock across two syncs
+while 2.x's writers sleep behind it. This writer therefore reads first, without any write lock, and opens a transaction
+only for what would change: ``BEGIN IMMEDIATE``, the differing rows, COMMIT. It never waits inside 2.x's lock (busy
+timeout 0: a busy database raises ``LegacyBusyError`` and the projector retries later), never changes a setting of 2.x's
+database (journal_mode, synchronous), never creates or alters a table, and touches only the projected columns of
+``Crontabs`` plus the ``RunningInstances`` rows the projection owns. A database it cannot write at all raises
+``LegacyDatabaseError`` whose reason is the reader's ``DatabaseState`` code.
 """
 
 from __future__ import annotations

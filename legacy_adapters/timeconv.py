@@ -1,6 +1,6 @@
 """The one place that converts 2.x second values to bridge milliseconds and back.
 
-2.x stores epochs and durations in seconds (legacy-2x.md section 8); the bridge stores UTC ms.
+2.x stores epochs and durations in seconds (docs/legacy-2x.md#time-units); the bridge stores UTC ms.
 """
 
 from __future__ import annotations

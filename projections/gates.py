@@ -1,4 +1,4 @@
-"""Cutover-readiness gates (DESIGN.md section 7, legacy-2x.md 9.8): per-origin figures in, one verdict per gate out.
+"""Cutover-readiness gates (docs/run-state.md#readiness-gates): per-origin figures in, one verdict per gate out.
 
 Pure and standard-library only. A ratio gate whose denominator is below the published minimum fails with
 ``insufficient_data`` and no value: a ratio over three executions says nothing about a cutover.

@@ -1,7 +1,7 @@
 """Pure projection of bridge-owned Run facts onto 2.x's ``Crontabs`` / ``RunningInstances`` values.
 
-DESIGN.md section 6 and legacy-2x.md 9.5. No I/O: the projector feeds facts in and hands the values to the
-2.x writer. Every time value leaves here in 2.x's unit (seconds), converted only by ``timeconv``.
+docs/primary-mode.md and docs/run-state.md#projection-rules. No I/O: the projector feeds facts in and hands the values
+to the 2.x writer. Every time value leaves here in 2.x's unit (seconds), converted only by ``timeconv``.
 
 How Run statuses read in 2.x (2.x itself knows only running / queued / idle):
 

@@ -23,7 +23,7 @@ from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import MAX_EPOCH_SECONDS, epoch_seconds_to_ms, ms_to_epoch_seconds
 
-# 2.x instance status → the shadow Run status it should sit beside (legacy-2x.md 2.8).
+# 2.x instance status → the shadow Run status it should sit beside (docs/legacy-2x.md#status-numbers).
 EXPECTED_RUN_STATUS = {status: ended.run.value for status, ended in ENDED_INSTANCE.items()}
 ACTIVE_RUN_STATUSES = frozenset(status.value for status in RUN_ACTIVE)  # the domain's list, as stored
 # A stop 2.x answered through the bridge: its killed shell's trap may have closed the row first (error, 143).

@@ -4,5 +4,5 @@ in-memory store), ``legacy`` (2.x's facts and doubles), ``integration`` (the bri
 and ``bench`` (benchmarks that print figures; run as modules, never timed assertions). ``support`` holds
 helpers tests share, such as the Run commands composed over RunService's one write API.
 
-Tests may import anything; doubles of 2.x are named as doubles and follow legacy-2x.md.
+Tests may import anything; doubles of 2.x are named as doubles and follow docs/legacy-2x.md.
 """

@@ -1,4 +1,4 @@
-"""RunChange: the pure decision half of one command (ADR-0001 9.1).
+"""RunChange: the pure decision half of one command (docs/run-state.md#transaction-boundaries).
 
 A command reads a Run (and the Attempts it touches), asks RunChange for each step, and gets back the new
 Run (version + 1, event_sequence + number of events), the Attempt writes with their compare-and-set
@@ -23,7 +23,8 @@ from bridge.domain.model import (
     run_can_go,
 )
 
-# ADR-0001 13.4.5: once a cancel request is committed, a later success or failure converges to cancelled.
+# docs/run-state.md#durable-cancellation, step 5: once a cancel request is committed, a later success or failure
+# converges to cancelled.
 _CONVERGES_TO_CANCELLED_RUN = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED})
 _CONVERGES_TO_CANCELLED_ATTEMPT = frozenset({AttemptStatus.SUCCEEDED, AttemptStatus.FAILED})
 

@@ -34,7 +34,7 @@ from bridge.domain.model import (
     member,
 )
 
-# Statuses a user may retry by creating a new Run (ADR-0001 6.3).
+# Statuses a user may retry by creating a new Run (docs/run-state.md#terminal-runs-and-retries).
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT})
 CANCEL_REASON_MAX = 200
 RETRY_TRIGGER = "manual_retry"  # Run.trigger_type of a Run retrying another
@@ -248,7 +248,7 @@ def run_target_after(attempt_status: AttemptStatus, requested: RunStatus) -> Run
 
 
 def request_cancel(change: RunChange, cmd: RequestCancel) -> CancelOutcome:
-    """Durable cancellation (ADR-0001 13.4): record the request, before any signal, once.
+    """Durable cancellation (docs/run-state.md#durable-cancellation): record the request, before any signal, once.
 
     A terminal Run is left as it is, and so is a Run whose cancel was already requested.
     """

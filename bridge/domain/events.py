@@ -1,4 +1,5 @@
-"""RunEvent: the append-only facts of a Run (ADR-0001 section 11), actors (12.1), error codes (12.2).
+"""RunEvent: the append-only facts of a Run, its actors and error codes (docs/run-state.md#events,
+#actors-and-error-codes).
 
 Payloads are allowlisted and size-capped here, before anything reaches storage: an event never
 carries commands, environment, log text or tokens.
@@ -39,12 +40,12 @@ class EventType(StrEnum):
     ATTEMPT_LATE_CALLBACK_IGNORED = "attempt.late_callback_ignored"
     RUN_LEGACY_PROJECTION_MISMATCH = "run.legacy_projection_mismatch"
     RUN_RECONCILED = "run.reconciled"
-    # Bridge diagnostics (DESIGN.md section 3).
+    # Bridge diagnostics (docs/run-state.md#events).
     COMPAT_UNMATCHED_CALLBACK = "compat.unmatched_callback"
     COMPAT_AMBIGUOUS_CALLBACK = "compat.ambiguous_callback"
     COMPAT_TRANSITION_MISMATCH = "compat.transition_mismatch"
     COMPAT_SHADOW_WRITE_FAILED = "compat.shadow_write_failed"
-    # StepRun mutations (ADR-0156): part of the Run aggregate, so they take the Run's Event sequence.
+    # StepRun mutations (docs/stepruns.md): part of the Run aggregate, so they take the Run's Event sequence.
     STEP_RUN_CREATED = "step_run.created"
     STEP_RUN_TRANSITIONED = "step_run.transitioned"
 

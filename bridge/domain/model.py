@@ -1,4 +1,5 @@
-"""Run and RunAttempt: statuses, the allowed-transition tables of ADR-0001 6.2 / 7.2, and the records.
+"""Run and RunAttempt: statuses, the allowed-transition tables (docs/run-state.md#run-statuses-and-transitions,
+#attempt-statuses-and-transitions) and the records.
 
 The tables are data: one mapping drives validation, the property tests and the docs.
 """
@@ -66,7 +67,8 @@ ATTEMPT_TRANSITIONS: Mapping[AttemptStatus, frozenset[AttemptStatus]] = {
     _A.TIMED_OUT: frozenset(),
     _A.LOST: frozenset(),
 }
-# ADR-0001 7.1: every one of these is immutable, lost included (a Run may add a new Attempt after it).
+# docs/run-state.md#attempt-statuses-and-transitions: every one of these is immutable, lost included (a Run may add a
+# new Attempt after it).
 ATTEMPT_TERMINAL: frozenset[AttemptStatus] = frozenset(
     s for s, targets in ATTEMPT_TRANSITIONS.items() if not targets
 )

@@ -1,4 +1,4 @@
-"""StepRun (ADR-0156): the immutable ``qinglong/step-run@v1`` record, its closed state machine and its limits.
+"""StepRun (docs/stepruns.md): the immutable ``qinglong/step-run@v1`` record, its closed state machine and its limits.
 
 The record is data about a step, never the step: no handler, no input text, no secret, no exception text.
 Its digest is the SHA-256 of its canonical JSON (sorted keys, no whitespace, UTF-8) without the digest.
@@ -45,8 +45,9 @@ class StepRunStatus(StrEnum):
 
 
 _S = StepRunStatus
-# pending → ready → waiting_approval | running → lost | terminal (ADR-0156 §1), written out move by move with
-# the reason each move exists. STEP_RUN_TRANSITIONS is derived from these rows, so no move lacks a reason.
+# pending → ready → waiting_approval | running → lost | terminal (docs/run-state.md#steprun-record-and-states), written
+# out move by move with the reason each move exists. STEP_RUN_TRANSITIONS is derived from these rows, so no move lacks a
+# reason.
 STEP_RUN_MOVES: Mapping[StepRunStatus, Mapping[StepRunStatus, str]] = {
     _S.PENDING: {
         _S.READY: "its inputs and dependencies are settled, so it may be dispatched",
@@ -70,17 +71,19 @@ STEP_RUN_MOVES: Mapping[StepRunStatus, Mapping[StepRunStatus, str]] = {
     _S.RUNNING: {
         _S.SUCCEEDED: "its Attempt finished and produced its result",
         _S.FAILED: "its Attempt failed and the step will not be retried",
-        _S.CANCELLED: "cancelled while running (the stop is sent after this commits, ADR-0001 13.4)",
+        _S.CANCELLED: "cancelled while running (stopped after this commits, docs/run-state.md#durable-cancellation)",
         _S.TIMED_OUT: "it ran past its deadline",
         _S.LOST: "its executor cannot be inspected (a worker gone, a restart): not an end, it needs reconciling",
     },
     _S.LOST: {
-        # As a lost Run (ADR-0001 6.1): the reconciler settles it; a lost step never silently resumes running.
+        # As a lost Run (docs/run-state.md#run-statuses-and-transitions): the reconciler settles it; a lost step never
+        # silently resumes running.
         _S.READY: "the reconciler proved it is not running and it may be retried: a new dispatch, a new Attempt",
         _S.FAILED: "it may not be retried (not idempotent, or its attempts are used up)",
         _S.CANCELLED: "the Run was cancelled while the step was lost",
     },
-    # Terminal: immutable. A retry of a finished step is a new StepRun (or a new Run, ADR-0001 6.3).
+    # Terminal: immutable. A retry of a finished step is a new StepRun (or a new Run,
+    # docs/run-state.md#terminal-runs-and-retries).
     _S.SUCCEEDED: {},
     _S.FAILED: {},
     _S.CANCELLED: {},
@@ -111,7 +114,8 @@ STEP_KEY = re.compile(r"[\w.:/#()-](?:[\w .:/#()-]{0,126}[\w.:/#()-])?")
 # A long unbroken run of token characters reads as a credential (API keys, JWT parts, hex secrets).
 _OPAQUE = re.compile(r"[A-Za-z0-9+/_-]{32,}")
 _EXCEPTION_WORDS = re.compile(r"(?i)traceback|exception|error:")
-ERROR_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a stable code (ADR-0001 12.2), never a message
+# A stable code (docs/run-state.md#actors-and-error-codes), never a message
+ERROR_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 

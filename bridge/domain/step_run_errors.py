@@ -1,4 +1,4 @@
-"""The errors of the StepRun aggregate (ADR-0156), each with a stable ``code``; they sit beside the Run's.
+"""The errors of the StepRun aggregate (docs/stepruns.md), each with a stable ``code``; they sit beside the Run's.
 
     BridgeError
     ├── StepRunNotFoundError             STEP_RUN_NOT_FOUND
@@ -89,7 +89,8 @@ class StepAttemptLimitError(BridgeError):
 
 
 class RunTerminalError(BridgeError):
-    """The Run has ended (ADR-0001 6.3: terminal is immutable), so none of its StepRuns may change."""
+    """The Run has ended (docs/run-state.md#terminal-runs-and-retries: terminal is immutable), so none of its StepRuns
+    may change."""
 
     code = "RUN_TERMINAL"
 

@@ -1,4 +1,5 @@
-"""StepRun mutations (ADR-0156 §2): the commands, their request digest, and the pure decision of one mutation.
+"""StepRun mutations (docs/run-state.md#steprun-mutations): the commands, their request digest, and the pure decision of
+one mutation.
 
 A mutation is part of the Run aggregate. Every store runs it as one short transaction in MUTATION_STEPS
 order and asks ``decide`` for the outcome between reading and writing; nothing here does I/O.
@@ -40,7 +41,8 @@ from bridge.domain.step_run_errors import (
     StepRunVersionConflictError,
 )
 
-# The steps of one mutation's transaction, in order (ADR-0156 §2). Stores name them to a failure-injection hook.
+# The steps of one mutation's transaction, in order (docs/run-state.md#steprun-mutations). Stores name them to a
+# failure-injection hook.
 MUTATION_STEPS = ("serialise", "replay", "fence", "write_step_run", "advance_run", "append_event",
                   "append_ledger", "commit")
 MUTATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")

@@ -1,4 +1,4 @@
-"""Reconciler: one bounded pass comparing 2.x's tables with the shadow store (DESIGN.md section 7).
+"""Reconciler: one bounded pass comparing 2.x's tables with the shadow store (docs/reconciliation.md#reconcile-passes).
 
 Everything is read in keyset-paged batches (memory stays flat as data grows) and 2.x's database is only
 ever held for one short read per batch. Each disagreement becomes a mismatch row (and one deduped

@@ -1,4 +1,4 @@
-"""Startup recovery (ADR-0001 13.1–13.2): every non-terminal shadow Run is checked against evidence.
+"""Startup recovery (docs/run-state.md#startup-recovery): every non-terminal shadow Run is checked against evidence.
 
 First the ends kept for a stop decision whose window is over are decided (bridge.jobs.stop_decisions), so an
 exit code observed before a restart is never lost; a Run whose pending end is not due yet is left to the decider.
@@ -43,7 +43,7 @@ from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.jobs.recovery")
-PAGE = 64  # runs per page (ADR-0448)
+PAGE = 64  # runs per page (docs/run-state.md#startup-scan-bounds)
 # Why a Run 2.x shows running was left open unproven: no process of 2.x is visible from here.
 PROCESSES_NOT_VISIBLE = "processes_not_visible"
 

@@ -78,7 +78,8 @@ def instance_of(reader: LegacyReader, cron_id: int, pid: int | None, log_ref: st
 
 
 def legacy_stop_code(reader: LegacyReader, instance: LegacyInstance) -> ErrorCode:
-    """Who stopped an instance 2.x shows stopped, when no stop went through the bridge (legacy-2x.md 5, 5.1)."""
+    """Who stopped an instance 2.x shows stopped, when no stop went through the bridge
+    (docs/legacy-2x.md#run-state-routes, #startup-reset)."""
     if instance.finished_at is None and instance.exit_code is None:
         return ErrorCode.LEGACY_BOOT_RESET  # initData sets status only
     if replaced_by_next_run(reader, instance):

@@ -1,4 +1,4 @@
-"""Identifiers: UUIDv7 strings (ADR-0001 5.1). Ordering never relies on them."""
+"""Identifiers: UUIDv7 strings (docs/run-state.md#identifiers-and-time). Ordering never relies on them."""
 
 from __future__ import annotations
 

@@ -215,7 +215,7 @@ class NullMetrics:
         return None
 
 
-# --- StepRuns (ADR-0156) -------------------------------------------------------------------------------------
+# --- StepRuns (docs/stepruns.md) -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +239,8 @@ class StepRunReader(Protocol):
 
 
 class StepRunRepository(StepRunReader, Protocol):
-    """The StepRun storage capability (ADR-0156 §4): mutate with replay, get, get a mutation, keyset pages. Nothing
-    else: no execute API, no delete, no update outside a mutation."""
+    """The StepRun storage capability (docs/run-state.md#storage-capability-only): mutate with replay, get, get a
+    mutation, keyset pages. Nothing else: no execute API, no delete, no update outside a mutation."""
 
     def mutate(self, command: StepRunMutation, *, at_ms: int, new_id: Callable[[], str]) -> MutationResult:
         """One short transaction, in MUTATION_STEPS order: serialise on the Run; return the committed result of an

@@ -1,7 +1,7 @@
-"""RunService: the only way run state changes. One write API (ADR-0001 9.1): ``change`` reads one Run, lets the
-caller's mutation decide and CAS-writes the result; ``transaction`` lets a handler decide across several Runs;
-``read`` and the getters only read. Each call is one transaction. The rules that decide a command live in the
-domain (bridge.domain.aggregate, bridge.domain.commands).
+"""RunService: the only way run state changes. One write API (docs/run-state.md#transaction-boundaries): ``change``
+reads one Run, lets the caller's mutation decide and CAS-writes the result; ``transaction`` lets a handler decide across
+several Runs; ``read`` and the getters only read. Each call is one transaction. The rules that decide a command live in
+the domain (bridge.domain.aggregate, bridge.domain.commands).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ShadowRecorder: a 2.x execution recorded as Run / Attempt 1 / events (DESIGN.md section 5).
+"""ShadowRecorder: a 2.x execution recorded as Run / Attempt 1 / events (docs/shadow-recording.md).
 
 Callbacks carry no run id, so each one is placed by evidence: a start opens one Run per execution
 (idempotency key = cron, pid, log digest, begin time); an end closes the single active candidate found
@@ -46,7 +46,7 @@ from bridge.service.ports import (
 )
 from bridge.service.run_service import RunService, RunTransaction
 
-CANDIDATE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
+CANDIDATE_LIMIT = 64  # docs/run-state.md#correlating-callbacks: bounded lookups
 STORED_REVISIONS_KEPT = 4096
 _SYNTH = {"synthesized": True}
 
@@ -189,8 +189,9 @@ class ShadowRecorder:
             return self._once(lambda tx: work(tx, _Unread()), facts)
         except _Unread:
             pass
-        # A back-fill needs 2.x's Crontabs row: read with no transaction of the store open (DESIGN.md section 4),
-        # then placed anew, so a Run that appeared meanwhile is closed instead of a second one made.
+        # A back-fill needs 2.x's Crontabs row: read with no transaction of the store open
+        # (docs/run-state.md#transaction-boundaries), then placed anew, so a Run that appeared meanwhile is closed
+        # instead of a second one made.
         ctx = context()
         return self._once(lambda tx: work(tx, ctx), facts)
 
@@ -385,7 +386,7 @@ def _close_kept(tx: RunTransaction, end: PendingEnd, verdict: EndVerdict) -> Sha
 
 
 def _request_cancel(change: RunChange, code: ErrorCode, at_ms: int, payload: dict[str, object]) -> None:
-    """The durable cancel request (ADR-0001 13.4), unless one is on the Run already."""
+    """The durable cancel request (docs/run-state.md#durable-cancellation), unless one is on the Run already."""
     if change.run.cancel_requested_at_ms is None:
         change.set_run_fields(cancel_requested_at_ms=at_ms, cancel_reason=code.value)
         change.append(EventType.RUN_CANCEL_REQUESTED,
@@ -394,7 +395,8 @@ def _request_cancel(change: RunChange, code: ErrorCode, at_ms: int, payload: dic
 
 def _cancel(tx: RunTransaction, candidate: ActiveCandidate, dedupe_key: str, actor: Actor, code: ErrorCode, *,
             evidence: str, finished_at_ms: int | None = None) -> ShadowResult:
-    """Durable cancel first (ADR-0001 13.4), then the outcome 2.x already observed: stopped, by ``code``."""
+    """Durable cancel first (docs/run-state.md#durable-cancellation), then the outcome 2.x already observed: stopped, by
+    ``code``."""
     run, attempt = candidate.run, candidate.attempt
     change = tx.begin(run, actor=actor, dedupe_key=dedupe_key)
     reason: dict[str, object] = {"cancel_reason": code.value, "evidence": evidence}

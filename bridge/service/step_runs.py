@@ -1,8 +1,8 @@
-"""StepRunService: the one write path of StepRuns (ADR-0156). Thin: it stamps the time and supplies the ids; the
+"""StepRunService: the one write path of StepRuns (docs/stepruns.md). Thin: it stamps the time and supplies the ids; the
 repository runs the whole mutation as one transaction of the Run aggregate, with replay and fences.
 
-Storage capability only (ADR-0156 §4): nothing here executes a step, and pyproject's import-linter contract keeps
-the callback path, the jobs and the web layer from importing this module.
+Storage capability only (docs/run-state.md#storage-capability-only): nothing here executes a step, and pyproject's
+import-linter contract keeps the callback path, the jobs and the web layer from importing this module.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The one place where driver exceptions become bridge errors (ADR-0001: no driver error leaks upward)."""
+"""The one place where driver exceptions become bridge errors (docs/run-state.md#transaction-boundaries: no driver error
+leaks upward)."""
 
 from __future__ import annotations
 

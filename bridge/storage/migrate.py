@@ -24,7 +24,7 @@ import migrations
 from bridge.domain.errors import SchemaMismatchError, StoreUnavailableError
 from bridge.storage.errors import store_location, translate_operational_error
 
-# Tables that only a QingLong 2.x database has (legacy-2x.md 2.1).
+# Tables that only a QingLong 2.x database has (docs/legacy-2x.md#connection-and-locking).
 _LEGACY_SENTINELS = frozenset({"Crontabs", "RunningInstances", "Apps", "Auths", "Envs"})
 
 

@@ -44,7 +44,7 @@ from bridge.storage.schema import (
 )
 from bridge.storage.statements import CompiledStatement
 
-ACTIVE_LIMIT = 64  # DESIGN.md section 5: bounded lookups
+ACTIVE_LIMIT = 64  # docs/run-state.md#correlating-callbacks: bounded lookups
 RECENT_LIMIT = 64
 STATES = ("pending", "applied", "parked")
 _LEASE = "projector"

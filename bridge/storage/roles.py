@@ -1,5 +1,6 @@
-"""Least privilege on PostgreSQL (ADR-0156 §3): a runtime role for `ql-bridge serve` and a read-only role for reports
-and the v3 API, created or brought up to date by `ql-bridge db roles`, run as the owner of the bridge's tables.
+"""Least privilege on PostgreSQL (docs/run-state.md#stepruns-on-both-stores): a runtime role for `ql-bridge serve` and a
+read-only role for reports and the v3 API, created or brought up to date by `ql-bridge db roles`, run as the owner of
+the bridge's tables.
 
 Neither role may change the schema (no CREATE on it, not the tables' owner, so `db upgrade` stays the owner's).
 The runtime role may SELECT, INSERT and UPDATE step_runs, and only SELECT and INSERT step_run_mutations and
@@ -24,7 +25,7 @@ ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 RUNTIME_PRIVILEGES: Mapping[str, tuple[str, ...]] = {
     "step_runs": ("SELECT", "INSERT", "UPDATE"),
     "step_run_mutations": ("SELECT", "INSERT"),  # the mutation ledger: append-only
-    "run_events": ("SELECT", "INSERT"),  # append-only facts (ADR-0001 3.4)
+    "run_events": ("SELECT", "INSERT"),  # append-only facts (docs/run-state.md#records)
     "runs": ("SELECT", "INSERT", "UPDATE"),  # never deleted
     "run_attempts": ("SELECT", "INSERT", "UPDATE"),
     "flag_audit": ("SELECT", "INSERT"),  # the flag history: append-only

@@ -1,7 +1,7 @@
 """The bridge store's tables (SQLAlchemy Core, one MetaData) — the target of every Alembic revision.
 
-Column names are ADR-0001 8.1–8.3's, and match the field names of the domain dataclasses so rows map
-one to one. Statuses are lowercase strings, checked by a CHECK constraint rather than a database enum.
+Column names are the fields of docs/run-state.md#records, and match the field names of the domain dataclasses so rows
+map one to one. Statuses are lowercase strings, checked by a CHECK constraint rather than a database enum.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ runs_table = Table(
     Column("cancel_reason", String(200)),
     Column("error_code", String(64)),
     Column("error_summary", String(500)),
-    # Bridge columns (DESIGN.md section 5): how the execution reached us and who owns it.
+    # Bridge columns (docs/shadow-recording.md): how the execution reached us and who owns it.
     Column("origin", String(32)),
     Column("origin_evidence", String(500)),
     Column("mode", String(16)),
@@ -211,8 +211,8 @@ run_events_table = Table(
     Index("ix_run_events_type_created", "type", "created_at_ms"),
 )
 
-# StepRuns (ADR-0156): every field of the qinglong/step-run@v1 record is a column, and the record's canonical JSON
-# is kept whole beside them. One CHECK per dialect binds the JSON to the columns both ways: on SQLite the JSON
+# StepRuns (docs/stepruns.md): every field of the qinglong/step-run@v1 record is a column, and the record's canonical
+# JSON is kept whole beside them. One CHECK per dialect binds the JSON to the columns both ways: on SQLite the JSON
 # must be byte for byte what json_object makes of the columns (its output is canonical JSON: sorted keys given
 # in order, no whitespace, UTF-8 kept), on PostgreSQL it must be the same JSON value as jsonb_build_object's.
 STEP_RUN_MIRROR = tuple(("schema_id" if key == "schema" else key, key) for key in sorted(STEP_RUN_RECORD_KEYS))
@@ -339,7 +339,7 @@ mismatches_table = Table(
     Index("ix_mismatches_origin_first_seen", "origin", "first_seen_ms"),
 )
 
-# One row per execution origin; anything missing or unreadable means "off" (DESIGN.md section 2).
+# One row per execution origin; anything missing or unreadable means "off" (docs/cutover.md#flags-one-origin-at-a-time).
 origin_flags_table = Table(
     "origin_flags", metadata,
     Column("origin", String(32), primary_key=True),
@@ -410,7 +410,7 @@ cutover_reports_table = Table(
 
 # Primary mode: one row per Run change that 2.x's columns must follow, written in the same transaction as
 # the change. The projector applies rows in order per cron; a row that keeps failing is parked, never
-# dropped (DESIGN.md section 6).
+# dropped (docs/primary-mode.md).
 projection_outbox_table = Table(
     "projection_outbox", metadata,
     Column("id", AutoId, primary_key=True, autoincrement=True),

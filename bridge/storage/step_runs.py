@@ -1,4 +1,4 @@
-"""SqlStepRunRepository: the StepRun storage capability (ADR-0156) on SQLite and PostgreSQL, one code path.
+"""SqlStepRunRepository: the StepRun storage capability (docs/stepruns.md) on SQLite and PostgreSQL, one code path.
 
 One mutation is one short transaction through SqlUnitOfWork's write path, which on SQLite is BEGIN IMMEDIATE
 (this process's writers queue on the writer gate; another process's lock is waited out by the busy retry). On

@@ -1,5 +1,5 @@
-"""The read-only v3 API: GET /v3/runs, /v3/runs/<id>, /v3/runs/<id>/events (DESIGN.md section 8) and
-/v3/runs/<id>/step-runs (ADR-0156).
+"""The read-only v3 API: GET /v3/runs, /v3/runs/<id>, /v3/runs/<id>/events (docs/http-endpoints.md) and
+/v3/runs/<id>/step-runs (docs/stepruns.md).
 
 Authorised exactly as 2.x authorises ``/open/crons`` (an App token with the ``crons`` scope, from 2.x's keyv
 cache), and a refusal is 2.x's own 401 body. Nothing under /v3 is ever forwarded to 2.x.
@@ -89,7 +89,7 @@ def list_events(run_id: str) -> Response:
 
 @api_v3.route("/runs/<run_id>/step-runs", **_READ)
 def list_step_runs(run_id: str) -> Response:
-    """A Run's StepRuns (ADR-0156), oldest first, in keyset pages: read-only, no mutation is reachable here."""
+    """A Run's StepRuns (docs/stepruns.md), oldest first, in keyset pages: read-only, no mutation is reachable here."""
     after, limit = parse_step_run_query(request.args.to_dict(flat=False))
     return jsonify(step_runs_page_view(run_id, step_run_reader().page(run_id, after, limit)))
 

@@ -46,8 +46,8 @@ ERROR_STATUS: Mapping[str, int] = MappingProxyType({
     "SCHEMA_MISMATCH": 503,  # the store needs `bridge db upgrade`; nothing the caller did wrong
     "STORAGE_ERROR": 500,
     "BRIDGE_ERROR": 500,
-    # StepRuns (ADR-0156). The web layer only lists them (v3); the mutation codes are mapped for the guard test and
-    # for any later endpoint, as the Run's are.
+    # StepRuns (docs/stepruns.md). The web layer only lists them (v3); the mutation codes are mapped for the guard test
+    # and for any later endpoint, as the Run's are.
     "STEP_RUN_NOT_FOUND": 404,
     "STEP_RUN_INVALID": 422,
     "INVALID_STEP_RUN_TRANSITION": 409,

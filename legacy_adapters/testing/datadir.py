@@ -1,6 +1,6 @@
 """A throwaway 2.x data directory (db/, config/token.json, log/) for tests and the demo only.
 
-Part of the 2.x test double: it follows legacy-2x.md (2.3-2.9) and never touches a real install.
+Part of the 2.x test double: it follows docs/legacy-2x.md#the-database and never touches a real install.
 """
 
 from __future__ import annotations

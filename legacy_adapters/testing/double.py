@@ -1,9 +1,9 @@
 """``Legacy2xDouble``: a QingLong v2.21.0 backend TEST DOUBLE on a local port, for tests and demos.
 
-It follows legacy-2x.md (1.4, 3.1-3.7, 4, 5) over a ``LegacyDataDir``; it is never a production 2.x.
-Its ``/open/*`` check is its own port of back/loaders/express.ts (never the bridge's), and its messages go
-through a port of back/shared/i18n.ts: ``t()`` answers in the process language that ``start()`` sets as
-initData does and ``PUT /api/system/config/lang`` changes, each time also writing ``keyv:lang``.
+It follows docs/legacy-2x.md#request-routing, #the-status-callback, #authentication, #run-state-routes over a
+``LegacyDataDir``; it is never a production 2.x. Its ``/open/*`` check is its own port of back/loaders/express.ts (never
+the bridge's), and its messages go through a port of back/shared/i18n.ts: ``t()`` answers in the process language that
+``start()`` sets as initData does and ``PUT /api/system/config/lang`` changes, each time also writing ``keyv:lang``.
 """
 
 from __future__ import annotations
@@ -350,7 +350,7 @@ class Legacy2xDouble:
 
     def simulate_boot_reset(self) -> None:
         """back/loaders/initData.ts at start: every cron idle, every running instance stopped with neither
-        finish time nor exit code (legacy-2x.md 5.1)."""
+        finish time nor exit code (docs/legacy-2x.md#startup-reset)."""
         stamp = self._stamp()
         with closing(connect(self.data_dir.database_path)) as conn:
             with immediate(conn):
@@ -363,7 +363,7 @@ class Legacy2xDouble:
         if self._kill_hook is not None:
             self._kill_hook(cron_id, pid)
 
-    # --- request pipeline (legacy-2x.md 1.4) ---------------------------------------------
+    # --- request pipeline (docs/legacy-2x.md#request-routing) ----------------------------
 
     def _handle(self, request: RecordedRequest) -> _Reply:
         with self._lock:

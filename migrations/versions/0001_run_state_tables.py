@@ -1,4 +1,4 @@
-"""Run state tables: runs, run_attempts, run_events (ADR-0001 8.1-8.3) and task_snapshots.
+"""Run state tables: runs, run_attempts, run_events (docs/run-state.md#records) and task_snapshots.
 
 Revision ID: 0001
 Revises: 

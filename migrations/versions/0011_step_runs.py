@@ -1,4 +1,5 @@
-"""step_runs and step_run_mutations (ADR-0156); the store refuses cross-Run StepRun references and ledger changes.
+"""step_runs and step_run_mutations (docs/stepruns.md); the store refuses cross-Run StepRun references and ledger
+changes.
 
 PostgreSQL: composite foreign keys (run_id, step_run_id) -> step_runs (run_id, id) on run_attempts and run_events,
 added NOT VALID and then validated (writes go on meanwhile); a trigger keeps the ledger append-only (privileges

@@ -3,9 +3,10 @@
     python -m tests.bench.bench_step_runs [--steps N] [--backend sqlite|postgres|both] [--pg-url URL]
                                           [--blocks B] [--warmup W]
 
-One step lifecycle = four mutations, each its own transaction (ADR-0156 §2): create (pending), then the three
-transitions pending→ready, ready→running, running→succeeded. The headline is transitions per second; creates are
-timed and shown beside them. Runs come from RunService on both sides and are not timed (a new one every 128 steps).
+One step lifecycle = four mutations, each its own transaction (docs/run-state.md#steprun-mutations): create (pending),
+then the three transitions pending→ready, ready→running, running→succeeded. The headline is transitions per second;
+creates are timed and shown beside them. Runs come from RunService on both sides and are not timed (a new one every 128
+steps).
 
 "StepRunService" is the production path: StepRunService → SqlStepRunRepository → SqlUnitOfWork (SQLite: BEGIN
 IMMEDIATE through the writer gate; PostgreSQL: SERIALIZABLE with its SET LOCAL timeouts, reads in one pipelined

@@ -1,4 +1,5 @@
-"""RunService contract, run on every store (sqlite, postgres, memory): ADR-0001 section 21 and 13.4."""
+"""RunService contract, run on every store (sqlite, postgres, memory): docs/run-state.md#verification-scenarios,
+#durable-cancellation."""
 
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def test_terminal_runs_and_attempts_never_change(service: RunService) -> None:
     assert service.get_run(run.id) == run
 
 
-# Scenario 6 and ADR-0001 13.4: durable cancellation.
+# Scenario 6: durable cancellation (docs/run-state.md#durable-cancellation).
 def test_the_first_cancel_request_bumps_the_version_and_appends_one_event(service: RunService) -> None:
     run, _ = running(service)
     first = request_cancel(service, RequestCancel(run.id, ACTOR))

@@ -247,8 +247,8 @@ def test_correlation_reads_a_crons_open_runs_from_the_partial_index(sql_backend:
 
 def test_a_back_fill_reads_2x_with_no_transaction_of_the_store_open(sql_backend: Backend,
                                                                      sql_service: RunService) -> None:
-    """DESIGN.md section 4: no I/O outside the database inside a transaction. The context of a back-filled Run
-    comes from 2.x's database, so it is read before the write transaction opens, not from inside it."""
+    """docs/run-state.md#transaction-boundaries: no I/O outside the database inside a transaction. The context of a
+    back-filled Run comes from 2.x's database, so it is read before the write transaction opens, not from inside it."""
     engine = sql_backend.engine
     assert engine is not None
     open_transactions = [0]

@@ -1,5 +1,5 @@
-"""StepRunRepository contract (ADR-0156), on every store (sqlite, postgres, memory): create, transition, exact and
-historical replay, conflicting replay, fences, terminal Runs, limits, keyset pages, racing threads."""
+"""StepRunRepository contract (docs/stepruns.md), on every store (sqlite, postgres, memory): create, transition, exact
+and historical replay, conflicting replay, fences, terminal Runs, limits, keyset pages, racing threads."""
 
 from __future__ import annotations
 

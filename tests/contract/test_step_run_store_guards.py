@@ -1,6 +1,6 @@
-"""What the SQL stores themselves refuse, checked with raw SQL that bypasses the repository (ADR-0156 §3): an
-Attempt or Event naming a StepRun of another Run, a change to the mutation ledger, a mirror column that disagrees
-with the record's JSON, a deleted or re-homed StepRun."""
+"""What the SQL stores themselves refuse, checked with raw SQL that bypasses the repository
+(docs/run-state.md#stepruns-on-both-stores): an Attempt or Event naming a StepRun of another Run, a change to the
+mutation ledger, a mirror column that disagrees with the record's JSON, a deleted or re-homed StepRun."""
 
 from __future__ import annotations
 

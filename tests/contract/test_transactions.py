@@ -1,4 +1,5 @@
-"""Atomicity on the SQL stores: failure injection (ADR-0001 21.3, 21.4) and bounded SQLite busy retry (21.11)."""
+"""Atomicity on the SQL stores: failure injection (scenarios 3 and 4 of docs/run-state.md#verification-scenarios) and
+bounded SQLite busy retry (scenario 11)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Replayed callbacks make 2.x record one execution more than once (legacy-2x.md 3.6: a start inserts a row,
-an end closes every open row of the cron and pid). That is its own finding; the Run is compared with one
+"""Replayed callbacks make 2.x record one execution more than once (docs/legacy-2x.md#what-a-callback-writes: a start
+inserts a row, an end closes every open row of the cron and pid). That is its own finding; the Run is compared with one
 row (a closed one first, then the lowest id) and never with the rows the replays added."""
 
 from __future__ import annotations

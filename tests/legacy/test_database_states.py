@@ -1,5 +1,5 @@
 """2.x's database in a bad state: the reader names the state, and only a file that is positively something else
-is refused (legacy-2x.md 2.1: rollback journal, no WAL)."""
+is refused (docs/legacy-2x.md#connection-and-locking: rollback journal, no WAL)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Reading 2.x's database while 2.x commits back to back (a burst of status callbacks).
 
-2.x keeps its database in rollback-journal mode (legacy-2x.md 2.1): while a commit holds its EXCLUSIVE lock, a
-reader is turned away with SQLITE_BUSY, and the gaps between 2.x's commits are short. The bridge reads a cron's
-row there before it forwards each start, so a read that waits out its whole budget holds the shell's callback
+2.x keeps its database in rollback-journal mode (docs/legacy-2x.md#connection-and-locking): while a commit holds its
+EXCLUSIVE lock, a reader is turned away with SQLITE_BUSY, and the gaps between 2.x's commits are short. The bridge reads
+a cron's row there before it forwards each start, so a read that waits out its whole budget holds the shell's callback
 that long and loses the start's origin evidence.
 """
 
@@ -27,9 +27,9 @@ from legacy_adapters.testing.double import Legacy2xDouble
 def starts_recorded_back_to_back(legacy_dir: LegacyDataDir, cron_id: int) -> Iterator[list[int]]:
     """2.x's writes for a burst of start callbacks, one after another as its single connection makes them.
 
-    Each is what CronService.status writes for a start (legacy-2x.md 5.2), done by the 2.x double without HTTP
-    (its RunningInstances row, then the Crontabs update), with no pause between one callback's writes and the
-    next's. Yields a one-item list: the callbacks written so far.
+    Each is what CronService.status writes for a start (docs/legacy-2x.md#what-a-callback-writes), done by the 2.x
+    double without HTTP (its RunningInstances row, then the Crontabs update), with no pause between one callback's
+    writes and the next's. Yields a one-item list: the callbacks written so far.
     """
     double = Legacy2xDouble(legacy_dir)
     stop = threading.Event()

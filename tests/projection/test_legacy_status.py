@@ -1,4 +1,5 @@
-"""The pure projection rules (DESIGN.md 6, legacy-2x.md 9.5): Run facts in, 2.x values in 2.x's units out."""
+"""The pure projection rules (docs/primary-mode.md, docs/run-state.md#projection-rules): Run facts in, 2.x values in
+2.x's units out."""
 
 from __future__ import annotations
 

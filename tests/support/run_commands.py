@@ -104,7 +104,7 @@ def transition_attempt(service: RunService, cmd: TransitionAttempt) -> CommandRe
 
 
 def request_cancel(service: RunService, cmd: RequestCancel) -> CancelResult:
-    """Durable cancellation, ADR-0001 13.4: persist the request before any signal."""
+    """Durable cancellation, docs/run-state.md#durable-cancellation: persist the request before any signal."""
     result, outcome = service.change(cmd.run_id, lambda store, change: commands.request_cancel(change, cmd),
                                      actor=cmd.actor, command="request_cancel")
     return CancelResult(result.run, outcome or CancelOutcome.ALREADY_REQUESTED)

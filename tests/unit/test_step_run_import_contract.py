@@ -1,5 +1,6 @@
-"""ADR-0156 §4: StepRuns are a storage capability. pyproject's import-linter contract keeps the callback path, the jobs
-and the web layer from importing anything that can write them; these tests keep that contract meaningful."""
+"""docs/run-state.md#storage-capability-only: StepRuns are a storage capability. pyproject's import-linter contract
+keeps the callback path, the jobs and the web layer from importing anything that can write them; these tests keep that
+contract meaningful."""
 
 from __future__ import annotations
 

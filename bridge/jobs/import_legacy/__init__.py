@@ -1,8 +1,9 @@
-"""`ql-bridge import-legacy`: 2.x's RunningInstances history as Runs (legacy-2x.md 2.4, 5.1, 8, 9.10).
+"""`ql-bridge import-legacy`: 2.x's RunningInstances history as Runs (docs/legacy-2x.md#runninginstances,
+#startup-reset, #time-units, docs/run-state.md#adopting-a-2x-database).
 
 2.x's database is never read in place for long and never written: a consistent copy is taken with SQLite's
-Online Backup API in short steps (ADR-0064/0095), checked to be a 2.x database, streamed in keyset batches,
-and deleted afterwards. A batch's Runs are built first (RunChange and the opening ladder, outside any
+Online Backup API in short steps (docs/run-state.md#adopting-a-2x-database), checked to be a 2.x database, streamed in
+keyset batches, and deleted afterwards. A batch's Runs are built first (RunChange and the opening ladder, outside any
 transaction), then written in one short bridge-store transaction that re-checks their keys and also advances the
 ``import_cursor`` setting, so an interrupted import resumes after its last committed batch; idempotency keys make
 a re-run (even without the cursor) import nothing twice. The writes go through the import's storage port
@@ -25,7 +26,8 @@ reconcile pass, the first batch an execution appears in decides). For that row:
   ``legacy-import:<cron>:<pid>:<log digest>:<start ms>``, or ``legacy-import:<instance id>`` for a row with no
   usable cron id or start; origin unknown, actor system, every step marked synthesized): succeeded,
   failed (``process_exit_error``), cancelled (``cancelled_by_user``, exit code kept). A stopped row without
-  ``finished_at`` is 2.x's boot reset (5.1): cancelled with error_code ``finish_time_unknown`` and no finish time.
+  ``finished_at`` is 2.x's boot reset (docs/legacy-2x.md#startup-reset): cancelled with error_code
+  ``finish_time_unknown`` and no finish time.
 - running: handed to the shadow path, i.e. an active shadow Run under the exact key ShadowRecorder uses, so the
   shell's end callback (or reconciliation) closes it as usual.
 - an instance whose Run already exists (any of its keys, the row-id key of earlier imports included) is skipped.

@@ -156,7 +156,8 @@ def import_ended(build: Builder, plan: Plan, revision: str, ended: EndedAs) -> t
     cron_id = instance.cron_id or 0
     error_code = ended.error_code.value if ended.error_code is not None else None
     if instance.status == InstanceStatus.STOPPED and instance.finished_at is None:
-        error_code = FINISH_TIME_UNKNOWN  # 2.x's boot reset (legacy-2x.md 5.1): when it ended is not known
+        # 2.x's boot reset (docs/legacy-2x.md#startup-reset): when it ended is not known
+        error_code = FINISH_TIME_UNKNOWN
     created = started if started is not None else build.at_ms
     duration = finished - started if started is not None and finished is not None and finished >= started else None
     run = new_legacy_run(

@@ -28,7 +28,7 @@ CRON_CACHE_SIZE = 4096
 CRON_TRACK_CAP = 100_000
 SKEW_S = 86_400  # 2.x inserts an instance when it starts: ids follow started_at, give or take a clock step
 UNKNOWN = "unknown"
-# legacy-2x.md 2.8: the shadow Run status each ended InstanceStatus should sit beside.
+# docs/legacy-2x.md#status-numbers: the shadow Run status each ended InstanceStatus should sit beside.
 EXPECTED_STATUS = {int(status): ended.run.value for status, ended in ENDED_INSTANCE.items()}
 ProgressCallback = Callable[[int, int], None]  # (rows scanned so far, rows to scan), in instance ids
 # Callback mismatches without an origin, by (cron id, pid, log digest), waiting for the instance they belong to.
