@@ -19,7 +19,7 @@ from bridge.service.flags import CachedModes, FlagService
 from bridge.service.imports import ImportUnitOfWork
 from bridge.service.ports import Clock, ModeSource, ServiceMetrics
 from bridge.service.run_service import RunService
-from bridge.storage.engine import make_engine, store_capabilities
+from bridge.storage.engine import StoreDeadlines, make_engine, store_capabilities
 from bridge.storage.migrate import refuse_legacy_database
 from bridge.storage.runs import SqlRunStore
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
@@ -104,12 +104,19 @@ def build_store(settings: Settings, *, clock: Clock | None = None, metrics: Serv
     """Engine, unit of work and RunService for the configured store (no connection is opened yet)."""
     if settings.database_url.startswith("sqlite:///"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
+    engine = make_engine(settings.database_url, pg_search_path=settings.database_schema,
+                         deadlines=store_deadlines(settings))
     refuse_legacy_database(engine)  # before any connection could switch 2.x's file to WAL
     uow: SqlUnitOfWork[SqlRunStore] = SqlUnitOfWork(engine, busy_budget_ms=settings.sqlite_busy_budget_ms,
                                                     outcomes=WriteOutcomes())
     runs = RunService(uow, clock=clock or SystemClock(), metrics=metrics, payload_cap_bytes=settings.payload_cap_bytes)
     return Store(engine=engine, uow=uow, runs=runs)
+
+
+def store_deadlines(settings: Settings) -> StoreDeadlines:
+    """The store's deadlines from BRIDGE_STORE_* (docs/configuration.md#store-deadlines)."""
+    return StoreDeadlines(statement_ms=settings.store_timeout_ms, connect_s=settings.store_connect_timeout_s,
+                          keepalive_s=settings.store_keepalive_s)
 
 
 def build_http_client(settings: Settings) -> httpx.Client:
@@ -436,7 +443,8 @@ def write_cutover_report(settings: Settings, **options: Any) -> tuple[Path, Path
 
 @contextmanager
 def _report_store(settings: Settings) -> Iterator[ReportSources]:
-    engine = make_engine(settings.database_url, pg_search_path=settings.database_schema)
+    engine = make_engine(settings.database_url, pg_search_path=settings.database_schema,
+                         deadlines=store_deadlines(settings))
     try:
         yield report_sources(engine)
     finally:

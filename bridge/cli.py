@@ -36,7 +36,8 @@ WIDE = 100_000  # columns of a console that is not a terminal: a line is never w
 # What each command reads from the environment, shown at the end of its --help. Settings.from_env checks
 # every BRIDGE_* variable for every command (a bad value stops any of them); these are the ones whose
 # value changes what the command does. tests/cli/test_help.py holds them to Settings.from_env.
-_STORE = ("BRIDGE_DATABASE_URL", "BRIDGE_DATABASE_SCHEMA", "BRIDGE_DATA_DIR")
+_STORE = ("BRIDGE_DATABASE_URL", "BRIDGE_DATABASE_SCHEMA", "BRIDGE_DATA_DIR", "BRIDGE_STORE_TIMEOUT_MS",
+          "BRIDGE_STORE_CONNECT_TIMEOUT_S", "BRIDGE_STORE_KEEPALIVE_S")
 _WRITER = (*_STORE, "BRIDGE_SQLITE_BUSY_BUDGET_MS", "BRIDGE_PAYLOAD_CAP_BYTES")
 _LEGACY = ("BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LEGACY_TZ", "BRIDGE_LEGACY_SCHEDULER")
 _RECONCILE = ("BRIDGE_RECONCILE_TOLERANCE_S", "BRIDGE_RECONCILE_GRACE_S", "BRIDGE_RECONCILE_LOOKBACK_S")

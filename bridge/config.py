@@ -55,6 +55,11 @@ class Settings:
     # How old the flags in force may get while the store cannot be read before readiness calls them stale;
     # they stay in force past it (bridge.service.flags.CachedModes).
     flags_max_stale_s: int = 60
+    # The store's deadlines (bridge.storage.engine.StoreDeadlines): a statement or lock wait on PostgreSQL, a new
+    # connection, and how soon keepalives find a silent peer.
+    store_timeout_ms: int = 5000
+    store_connect_timeout_s: int = 5
+    store_keepalive_s: int = 10
     log_format: str = "text"
 
     @classmethod
@@ -108,6 +113,9 @@ class Settings:
             reconcile_lookback_s=_int(env, "BRIDGE_RECONCILE_LOOKBACK_S", 7 * 86_400, low=60, high=366 * 86_400),
             stop_decision_window_s=_int(env, "BRIDGE_STOP_DECISION_WINDOW_S", 5, low=0, high=600),
             flags_max_stale_s=_int(env, "BRIDGE_FLAGS_MAX_STALE_S", 60, low=1, high=86_400),
+            store_timeout_ms=_int(env, "BRIDGE_STORE_TIMEOUT_MS", 5000, low=100, high=600_000),
+            store_connect_timeout_s=_int(env, "BRIDGE_STORE_CONNECT_TIMEOUT_S", 5, low=1, high=60),
+            store_keepalive_s=_int(env, "BRIDGE_STORE_KEEPALIVE_S", 10, low=2, high=600),
             log_format=_choice(env, "BRIDGE_LOG_FORMAT", "text", LOG_FORMATS),
         )
 

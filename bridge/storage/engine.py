@@ -48,14 +48,36 @@ def store_capabilities(engine: Engine) -> StoreCapabilities:
                              database_roles=postgres, reads_are_round_trips=postgres)
 
 
-def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 100, pg_statement_timeout_ms: int = 5000,
+@dataclass(frozen=True, slots=True)
+class StoreDeadlines:
+    """How long any one wait on a PostgreSQL store may last (docs/configuration.md#store-deadlines).
+
+    ``statement_ms`` bounds a statement and a lock wait on the server; each exchange with the server (a query, a
+    COMMIT) waits at most that plus ``DEADLINE_MARGIN_MS`` on the client, whatever the network does; a new
+    connection at most ``connect_s``. Keepalives find a peer gone quiet on an idle connection within
+    ``keepalive_s`` (idle, then three probes), and ``tcp_user_timeout`` drops one whose sent bytes go unacknowledged.
+    """
+
+    statement_ms: int = 5000
+    connect_s: int = 5
+    keepalive_s: int = 10
+
+    @property
+    def exchange_s(self) -> float:
+        return (self.statement_ms + DEADLINE_MARGIN_MS) / 1000
+
+
+DEADLINE_MARGIN_MS = 2000  # past statement_timeout, so that the server's own timeout reports first
+
+
+def make_engine(url: str, *, sqlite_busy_timeout_ms: int = 100, deadlines: StoreDeadlines | None = None,
                 pg_search_path: str | None = None) -> Engine:
     """Build the engine; ``pg_search_path`` puts the bridge's tables in their own schema."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, sqlite_busy_timeout_ms)
     if parsed.get_backend_name() == "postgresql":
-        engine = _postgres_engine(url, pg_statement_timeout_ms, pg_search_path)
+        engine = _postgres_engine(url, deadlines or StoreDeadlines(), pg_search_path)
         pool_sweep(engine)
         return engine
     raise ValueError(f"unsupported store URL scheme {parsed.drivername!r} (use sqlite:/// or postgresql+psycopg://)")
@@ -96,21 +118,35 @@ def _sqlite_engine(url: str, busy_timeout_ms: int) -> Engine:
     return engine
 
 
-def _postgres_engine(url: str, statement_timeout_ms: int, search_path: str | None) -> Engine:
-    # Bounded waits: a store that is down or locked raises instead of hanging the callback path.
+def _postgres_engine(url: str, deadlines: StoreDeadlines, search_path: str | None) -> Engine:
+    # Bounded waits everywhere: a store that is down, locked or silent raises instead of holding a thread.
     # No pool_pre_ping (a round trip per transaction): SqlUnitOfWork sweeps the pool (PoolSweep) and
     # retries, once, a transaction whose pooled connection the server had dropped; any other user sees one
     # error after a server restart, and SQLAlchemy then recycles the whole pool.
-    options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout={int(statement_timeout_ms)}"
+    from bridge.storage.pg_deadline import deadline_connection_class
+
+    statement_ms = int(deadlines.statement_ms)
+    options = f"-c statement_timeout={statement_ms} -c lock_timeout={statement_ms}"
     if search_path:
         options += f" -c search_path={search_path}"
-    return create_engine(
+    idle_s = max(1, deadlines.keepalive_s // 2)
+    probe_s = max(1, (deadlines.keepalive_s - idle_s) // 3)
+    engine = create_engine(
         url,
         pool_size=5,
         max_overflow=5,
         pool_timeout=5,
-        connect_args={"connect_timeout": 5, "options": options},
+        connect_args={"connect_timeout": deadlines.connect_s, "options": options, "keepalives": 1,
+                      "keepalives_idle": idle_s, "keepalives_interval": probe_s, "keepalives_count": 3,
+                      "tcp_user_timeout": int(deadlines.exchange_s * 1000)},
     )
+    connection_class = deadline_connection_class(deadlines.exchange_s)
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        return connection_class.connect(*cargs, **cparams)
+
+    return engine
 
 
 class PoolSweep:

@@ -92,7 +92,9 @@ class SqlUnitOfWork(Generic[S]):
             try:
                 result = self._once(work, read_only)
             except _StaleConnection as stale:
-                if reconnected:
+                # A connection that missed its deadline says the store is silent, not restarted: a new one
+                # would only wait again (bridge.storage.pg_deadline).
+                if reconnected or getattr(stale.error.orig, "store_deadline", False):
                     raise self._failed(record, translate_operational_error(stale.error)) from stale.error
                 reconnected = True  # one fresh try, at once, on a connection opened after the sweep
                 if self._sweep is not None:

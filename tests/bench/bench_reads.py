@@ -54,7 +54,7 @@ from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
-from bridge.storage.engine import make_engine
+from bridge.storage.engine import StoreDeadlines, make_engine
 from bridge.storage.migrate import current_revision, downgrade
 from bridge.storage.unit_of_work import SqlUnitOfWork
 from bridge.web.app import create_app
@@ -173,7 +173,7 @@ def sized_store(backend: str, size: int, rare: int, root: Path, pg_url: str) -> 
     """``backend``: sqlite (never analyzed), sqlite-analyzed or postgres (analyzed, as autovacuum would)."""
     kind = "postgres" if backend == "postgres" else "sqlite"
     with fresh_store(kind, root, pg_url, name=f"reads{size}{backend.replace('-', '')}") as (url, schema):
-        filler = make_engine(url, pg_search_path=schema, pg_statement_timeout_ms=600_000)
+        filler = make_engine(url, pg_search_path=schema, deadlines=StoreDeadlines(statement_ms=600_000))
         try:
             fill(filler, size, rare, analyze=backend != "sqlite")
         finally:

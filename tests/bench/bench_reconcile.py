@@ -67,7 +67,7 @@ from sqlalchemy import Engine, func, insert, select, text
 from bridge.domain.model import Origin
 from bridge.service.ports import StaticModes, TaskSnapshot
 from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
-from bridge.storage.engine import make_engine
+from bridge.storage.engine import StoreDeadlines, make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.schema import (
     mismatches_table,
@@ -694,7 +694,7 @@ def measure(backend: str, n: int, crons: int, pg_url: str, seed: int, profile: b
         legacy_s = time.perf_counter() - gen0
         with bridge_store(backend, tmp, pg_url) as (url, schema):
             shadow0 = time.perf_counter()
-            engine = make_engine(url, pg_search_path=schema, pg_statement_timeout_ms=600_000)
+            engine = make_engine(url, pg_search_path=schema, deadlines=StoreDeadlines(statement_ms=600_000))
             events = write_shadow(engine, plan, data.database_path, seed)
             if backend == "postgres":  # what autovacuum would have done on a store that grew to this size
                 with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:

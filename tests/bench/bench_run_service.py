@@ -67,7 +67,7 @@ from bridge.domain.model import (
 from bridge.service.clock import SystemClock
 from bridge.service.ids import new_id
 from bridge.service.run_service import RunService
-from bridge.storage.engine import SQLITE_CACHE_KIB, make_engine
+from bridge.storage.engine import SQLITE_CACHE_KIB, StoreDeadlines, make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.run_fence import _UPDATE_RUN, INSERT_EVENT
 from bridge.storage.runs import (
@@ -454,7 +454,7 @@ def postgres_env(url: str) -> Iterator[Env]:
     raw_conn = None
     try:
         admin.execute(f'CREATE SCHEMA "{schema}"')
-        engine = make_engine(url, pg_statement_timeout_ms=PG_STATEMENT_TIMEOUT_MS, pg_search_path=schema)
+        engine = make_engine(url, deadlines=StoreDeadlines(statement_ms=PG_STATEMENT_TIMEOUT_MS), pg_search_path=schema)
         upgrade(engine)
         svc = RunService(SqlUnitOfWork(engine), clock=SystemClock())
         # The same session settings make_engine passes; transactions opened implicitly, as under SQLAlchemy.
