@@ -62,6 +62,11 @@ class SqlUnitOfWork(Generic[S]):
     def read(self, work: Callable[[S], T]) -> T:
         return self._run(lambda conn: work(self._store(conn)), read_only=True, record=False)
 
+    def probe_read(self) -> None:
+        """One round trip to the store (``SELECT 1`` in a read transaction): it answers, within its deadlines.
+        Raises StoreUnavailableError / StoreBusyError. Not recorded."""
+        self._run(_select_one, read_only=True, record=False)
+
     def probe_write(self) -> None:
         """Open a write transaction and commit it empty. Raises StoreBusyError / StoreUnavailableError.
 
@@ -147,6 +152,10 @@ class SqlUnitOfWork(Generic[S]):
                 conn.invalidate()
                 raise
             return result
+
+
+def _select_one(conn: Connection) -> None:
+    conn.exec_driver_sql("SELECT 1").scalar()
 
 
 def _refuse_read_only(conn: Connection) -> None:

@@ -14,9 +14,12 @@ OWN_BODY_LIMIT_BYTES = 64 * 1024
 
 if TYPE_CHECKING:
     from bridge.bootstrap import Container
+    from bridge.web.readiness import ReadinessWatch
 
 
-def create_app(container: Container) -> Flask:
+def create_app(container: Container, readiness: ReadinessWatch | None = None) -> Flask:
+    """The Flask app of the bridge's own endpoints; ``readiness``: a started ReadinessWatch that `/readyz` reads
+    instead of checking on the request (the serving bridge's)."""
     # No static folder: Flask would otherwise claim /static/<path>, which 2.x's frontend serves.
     app = Flask(__name__, static_folder=None)
     # Flask must not answer for 2.x: no slash-merging redirects (the catch-all also turns off strict_slashes).
@@ -24,6 +27,10 @@ def create_app(container: Container) -> Flask:
     # The bridge's own endpoints take small JSON bodies (2.x's traffic never reaches Flask: see bridge.web.asgi).
     app.config["MAX_CONTENT_LENGTH"] = OWN_BODY_LIMIT_BYTES
     app.extensions[EXTENSION] = container
+    if readiness is not None:
+        from bridge.web.health import READINESS
+
+        app.extensions[READINESS] = readiness
 
     from bridge.web.admin import admin
     from bridge.web.api_v3 import api_v3

@@ -22,6 +22,7 @@ from bridge.web.app import create_app
 from bridge.web.asgi_io import Receive, Scope, Send, send_json
 from bridge.web.callback_route import CallbackRoute, HttpxForward
 from bridge.web.proxy import PassThrough, path_only, raw_target
+from bridge.web.readiness import ReadinessWatch
 from bridge.web.websocket_relay import WebSocketRelay
 
 if TYPE_CHECKING:
@@ -52,7 +53,10 @@ class BridgeAsgi:
         self.container = container
         self.upstream = upstream
         # Flask's __call__ is a WSGI app; a2wsgi's annotation spells the environ type its own way.
-        self.own = WSGIMiddleware(create_app(container), workers=OWN_ENDPOINT_THREADS)  # type: ignore[arg-type]
+        # /readyz reads what this watch last found, so that it answers at once whatever the store and 2.x do.
+        self.readiness = ReadinessWatch(container).start()
+        own = create_app(container, self.readiness)
+        self.own = WSGIMiddleware(own, workers=OWN_ENDPOINT_THREADS)  # type: ignore[arg-type]
         self.pass_through = PassThrough(upstream, settings.legacy_url, container.metrics, settings.max_body_bytes)
         self.callback_pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="callback-")
         self.callbacks = None if container.interceptor is None else CallbackRoute(
@@ -112,6 +116,7 @@ class BridgeAsgi:
 
     async def close(self) -> None:
         """After the drain: the upstream client and the pools (the shadow lanes close with the container)."""
+        self.readiness.close()
         await self.websockets.close_all()
         await self.upstream.aclose()
         self.callback_pool.shutdown(wait=True)

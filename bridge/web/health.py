@@ -36,7 +36,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, current_app, jsonify
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from bridge.web import current_container
@@ -45,12 +45,14 @@ if TYPE_CHECKING:
     from bridge.bootstrap import Store
     from bridge.config import Settings
     from bridge.service.flags import CachedModes
+    from bridge.web.readiness import ReadinessWatch
 
 UPSTREAM_HEALTH_PATH = "/api/health"  # what 2.x's Docker HEALTHCHECK polls
 UPSTREAM_TIMEOUT_S = 2.0
 WRITE_WINDOW_S = 60.0  # writes older than this say nothing about the store any more
 STALE_INTERVALS = 3
 GATES = ("store", "upstream", "flags")  # the checks that make the bridge unready
+READINESS = "bridge.readiness"  # the app extension holding a serving bridge's ReadinessWatch
 
 health = Blueprint("health", __name__)
 
@@ -64,13 +66,18 @@ def livez() -> Response:
 @health.get("/readyz")
 @health.get("/healthz")
 def readyz() -> tuple[Response, int]:
-    """Readiness: the store takes writes and 2.x answers; the detail of every check."""
+    """Readiness: the store takes writes and 2.x answers; the detail of every check. Served by a bridge, the
+    checks that wait on the store or on 2.x come from its ReadinessWatch, so this answers at once."""
     container = current_container()
-    checks = {"store": check_store(container.store),
-              "upstream": check_upstream(container.http, container.settings.legacy_url),
-              "flags": check_flags(container.modes),
-              "reconciler": check_reconciler(container.store, container.settings),
-              "seam": check_seam(container.store, container.settings)}
+    watch: ReadinessWatch | None = current_app.extensions.get(READINESS)
+    if watch is not None:
+        checks = watch.checks()
+    else:  # an app without a watch (tests, tools) checks on the request
+        checks = {"store": check_store(container.store),
+                  "upstream": check_upstream(container.http, container.settings.legacy_url),
+                  "reconciler": check_reconciler(container.store, container.settings),
+                  "seam": check_seam(container.store, container.settings)}
+    checks["flags"] = check_flags(container.modes)
     ready = all(checks[name]["status"] != "error" for name in GATES)
     return _no_store(jsonify(status="ok" if ready else "degraded", **checks)), 200 if ready else 503
 
@@ -95,6 +102,21 @@ def check_store(store: Store | None, window_s: float = WRITE_WINDOW_S) -> dict[s
     if writes.writable:
         return {"status": "ok", "reason": "STORE_WRITES_OK", **detail}
     return {"status": "error", "reason": "STORE_WRITES_FAILING", "error": writes.last_error, **detail}
+
+
+def check_store_now(store: Store | None, window_s: float = WRITE_WINDOW_S) -> dict[str, Any]:
+    """``check_store``, after one round trip that shows the store answers now: recent writes that succeeded
+    say nothing about a store that has gone silent since."""
+    if store is None:
+        return check_store(store, window_s)
+    try:
+        store.uow.probe_read()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"; the code is enough to act on
+        judged = check_store(store, window_s)
+        if judged["status"] == "error":
+            return judged  # the write check says what is wrong, in its own words
+        return {"status": "error", "reason": "STORE_UNREACHABLE", "error": getattr(exc, "code", type(exc).__name__)}
+    return check_store(store, window_s)
 
 
 def _probe_store(store: Store) -> dict[str, Any]:
