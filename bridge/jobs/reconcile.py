@@ -16,15 +16,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import islice
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
-
-from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.errors import BridgeError
 from bridge.domain.events import EventType
@@ -37,8 +34,7 @@ from bridge.service.ports import Clock, MismatchRecord, ModeSource
 from bridge.service.reconcile import ReconcileStore
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PendingEndStore, ShadowRecorder
-from bridge.storage.errors import translate_operational_error
-from legacy_adapters.errors import LegacyDatabaseError
+from bridge.storage.errors import reconcile_failure_code
 from legacy_adapters.identity import instance_execution_key, instance_import_key, speaking_row
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
@@ -98,11 +94,7 @@ def failure_code(exc: BaseException) -> str:
     """What a failed pass records: the bridge's error code, else the exception's type; never its message."""
     if isinstance(exc, BridgeError):
         return exc.code
-    if isinstance(exc, DBAPIError):  # SQLAlchemy's own ``code`` is a documentation link id, not a cause
-        return translate_operational_error(exc).code
-    if isinstance(exc, sqlite3.Error):  # the store's driver errors arrive wrapped: a bare one is 2.x's file
-        return LegacyDatabaseError.code
-    return type(exc).__name__
+    return reconcile_failure_code(exc) or type(exc).__name__
 
 
 class Reconciler:

@@ -22,7 +22,6 @@ start, and again later.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections import Counter
 from typing import Any, Protocol
 
@@ -79,8 +78,8 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
                 try:
                     outcomes[_recover(run, runs, reader, probe if judge_processes else None)] += 1
                     continue
-                except (LegacyDatabaseError, sqlite3.Error) as exc:
-                    unavailable = _state(reader, exc)
+                except LegacyDatabaseError as exc:  # its reason is the state 2.x's database is in
+                    unavailable = exc.reason
                     log.warning("startup recovery deferred: 2.x's database is %s", unavailable)
                     if metrics is not None:
                         metrics.legacy_database_unavailable(unavailable, "recovery")
@@ -89,10 +88,6 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
     if outcomes:
         log.info("startup recovery: %s", dict(outcomes))
     return outcomes
-
-
-def _state(reader: LegacyReader, exc: LegacyDatabaseError | sqlite3.Error) -> str:
-    return exc.reason if isinstance(exc, LegacyDatabaseError) else str(reader.state_of(exc))
 
 
 def _decide_pending_ends(runs: RunService, reader: LegacyReader, pending: PendingEndStore) -> Counter[str]:
