@@ -95,6 +95,17 @@ class Store:
 
         return import_unit_of_work(self.engine, busy_budget_ms=busy_budget_ms, busy_attempts=busy_attempts)
 
+    @property
+    def single_writer(self) -> bool:
+        """One writer at a time (SQLite): the import paces its batches (bridge.jobs.import_legacy.pacing)."""
+        return store_capabilities(self.engine).single_writer
+
+    def schema_revisions(self) -> tuple[str | None, str]:
+        """(the store's Alembic revision, None when empty; this code's head), for the import's schema check."""
+        from bridge.storage.migrate import current_revision, head_revision
+
+        return current_revision(self.engine), head_revision()
+
     def close(self) -> None:
         self.engine.dispose()
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from sqlalchemy import delete, func, select
 
 from bridge.bootstrap import run_legacy_import
-from bridge.jobs.import_legacy.backup import ImportRefusedError, backup_copy
+from bridge.jobs.import_legacy.backup import ImportRefusedError
 from bridge.jobs.import_legacy.summary import ImportSummary, print_summary
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
@@ -28,6 +28,7 @@ from bridge.storage.runs import SqlRunStore
 from bridge.storage.schema import bridge_settings_table, run_events_table, runs_table, task_snapshots_table
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.identity import instance_import_key, task_revision
+from legacy_adapters.online_backup import backup_copy
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
