@@ -260,12 +260,17 @@ def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyR
 
 def _recover(store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
              probe: ProcProbe | None = None) -> Counter[str]:
+    """Startup recovery on ``store``: the stop decisions it settles first share its recorder and pending ends."""
     from bridge.jobs.recovery import recover_on_startup
+    from bridge.jobs.stop_decisions import StopDecisions
+    from bridge.service.shadow import ShadowRecorder
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
-    return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, SqlPendingEnds(store.engine),
-                              probe, metrics=metrics)
+    recorder, pending = ShadowRecorder(store.runs), SqlPendingEnds(store.engine)
+    decisions = StopDecisions(recorder, reader, pending, SystemClock())
+    return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, pending, probe,
+                              decisions=decisions, recorder=recorder, metrics=metrics)
 
 
 def _recovering_first(reconciler: Reconciler, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
@@ -287,6 +292,7 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
     """The reconcile pass, over ``reconcile_store`` when given (else one on the store's engine). Without
     ``flags`` (a test's fixed modes), ``modes`` alone decides and every origin counts as enabled from the start."""
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
+    from bridge.service.shadow import ShadowRecorder
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
@@ -296,7 +302,7 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
         modes = CachedModes(flags)
     return Reconciler(
         reconcile_store or SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
-        modes, metrics, SystemClock(), pending_ends=SqlPendingEnds(store.engine),
+        modes, metrics, SystemClock(), recorder=ShadowRecorder(store.runs), pending_ends=SqlPendingEnds(store.engine),
         scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,

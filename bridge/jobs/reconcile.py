@@ -99,12 +99,13 @@ def failure_code(exc: BaseException) -> str:
 
 class Reconciler:
     def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
-                 metrics: BridgeMetrics, clock: Clock, *, pending_ends: PendingEndStore, scheduler_mode: str,
+                 metrics: BridgeMetrics, clock: Clock, *, recorder: ShadowRecorder, pending_ends: PendingEndStore,
+                 scheduler_mode: str,
                  tz: ZoneInfo, enabled_since: Callable[[str], int | None] = lambda origin: 0,
                  settings: ReconcileSettings | None = None, probe: ProcProbe | None = None) -> None:
         self._store = store
         self._runs = runs
-        self._recorder = ShadowRecorder(runs)
+        self._recorder = recorder  # cancels the Runs of executions 2.x shows stopped
         self._pending = pending_ends  # Runs whose pending end the stop decider settles
         self._reader = reader
         self._modes = modes

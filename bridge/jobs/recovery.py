@@ -28,7 +28,6 @@ from typing import Any, Protocol
 from bridge.domain.events import ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.jobs.stop_decisions import RECONCILER, StopDecisions, instance_of, legacy_stop_code
-from bridge.service.clock import SystemClock
 from bridge.service.reconcile import UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PendingEndStore, ShadowRecorder
@@ -51,18 +50,19 @@ class RecoveryMetrics(Protocol):
 
 
 def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyReader, pending: PendingEndStore,
-                       probe: ProcProbe | None = None, *, max_pages: int = 32,
-                       metrics: RecoveryMetrics | None = None) -> Counter[str]:
+                       probe: ProcProbe | None = None, *, decisions: StopDecisions, recorder: ShadowRecorder,
+                       max_pages: int = 32, metrics: RecoveryMetrics | None = None) -> Counter[str]:
     """Check each non-terminal legacy-owned Run once; returns how many ended in each outcome.
 
     Never raises for 2.x's database: Runs it cannot read for are counted as ``deferred:<state>`` (the
     DatabaseState code) and left untouched, so calling it again once 2.x's database reads settles them.
-    ``pending`` holds the ends kept for a stop decision: those whose window is over are decided first.
+    ``pending`` holds the ends kept for a stop decision: ``decisions`` (over the same store) decides first those
+    whose window is over. ``recorder`` cancels the Runs of executions 2.x shows stopped.
     """
     probe = probe or ProcProbe()
     judge_processes = probe.sees_legacy()  # once per call: the deployment does not change under it
     outcomes: Counter[str] = Counter({f"stop_decision:{kind}": n
-                                      for kind, n in _decide_pending_ends(runs, reader, pending).items()})
+                                      for kind, n in _decide_pending_ends(decisions).items()})
     cursor: tuple[int, str] = (-1, "")
     unavailable: str | None = None  # once 2.x's database failed a read, this call reads it no more
     for _ in range(max_pages):
@@ -76,7 +76,7 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
                 continue
             if unavailable is None:
                 try:
-                    outcomes[_recover(run, runs, reader, probe if judge_processes else None)] += 1
+                    outcomes[_recover(run, runs, recorder, reader, probe if judge_processes else None)] += 1
                     continue
                 except LegacyDatabaseError as exc:  # its reason is the state 2.x's database is in
                     unavailable = exc.reason
@@ -90,9 +90,8 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
     return outcomes
 
 
-def _decide_pending_ends(runs: RunService, reader: LegacyReader, pending: PendingEndStore) -> Counter[str]:
+def _decide_pending_ends(decisions: StopDecisions) -> Counter[str]:
     """Every pending end whose window is over (a restart during the window included), decided from 2.x's rows."""
-    decisions = StopDecisions(ShadowRecorder(runs), reader, pending, SystemClock())
     total: Counter[str] = Counter()
     while batch := decisions.decide_due():
         total.update(batch)
@@ -101,7 +100,8 @@ def _decide_pending_ends(runs: RunService, reader: LegacyReader, pending: Pendin
     return total
 
 
-def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe: ProcProbe | None) -> str:
+def _recover(run: dict[str, Any], runs: RunService, recorder: ShadowRecorder, reader: LegacyReader,
+             probe: ProcProbe | None) -> str:
     """One Run against its 2.x row; ``probe`` None: 2.x's processes are not visible, so its row decides alone."""
     instance = instance_of(reader, run["legacy_cron_id"], run["legacy_pid"], run["log_ref"], run["started_at_ms"],
                            run["created_at_ms"])
@@ -109,8 +109,8 @@ def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe:
         return _lost(runs, run, "no_legacy_instance")
     if instance.status == InstanceStatus.STOPPED:
         finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
-        ShadowRecorder(runs).cancel_run(run["id"], actor=RECONCILER, code=legacy_stop_code(reader, instance),
-                                        evidence="legacy_instance", finished_at_ms=finished)
+        recorder.cancel_run(run["id"], actor=RECONCILER, code=legacy_stop_code(reader, instance),
+                            evidence="legacy_instance", finished_at_ms=finished)
         return "cancelled"
     if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
         return _complete(runs, run, instance)

@@ -125,7 +125,7 @@ def test_only_a_database_that_is_positively_something_else_stops_the_build(tmp_p
 
 
 def test_startup_recovery_against_a_hot_journal_defers_instead_of_failing_or_marking_lost(world: World) -> None:
-    from bridge.jobs.recovery import recover_on_startup
+    from tests.support.wiring import recover_over
 
     cron = world.data.add_cron("rec", "task rec.sh", "0 * * * *")
     world.via_bridge(start(cron, 45, "r.log"))
@@ -133,14 +133,14 @@ def test_startup_recovery_against_a_hot_journal_defers_instead_of_failing_or_mar
     world.data.leave_hot_journal()
 
     reader = LegacyReader(world.data.database_path)
-    assert dict(recover_on_startup(world.store, world.runs, reader, SqlPendingEnds(world.store.engine),
-                                   metrics=world.metrics)) == {
+    assert dict(recover_over(world.store, world.runs, reader, SqlPendingEnds(world.store.engine),
+                             metrics=world.metrics)) == {
         "deferred:hot_journal": 1}
     assert world.run(cron, 45, "r.log") == ("running", False)  # untouched: nothing is known yet
     assert world.unavailable("hot_journal", use="recovery") == 1
 
     world.data.roll_back_hot_journal()
-    outcomes = recover_on_startup(world.store, world.runs, reader, SqlPendingEnds(world.store.engine))
+    outcomes = recover_over(world.store, world.runs, reader, SqlPendingEnds(world.store.engine))
     assert dict(outcomes) == {"completed": 1}
     assert world.run(cron, 45, "r.log") == ("succeeded", False)
 
