@@ -295,6 +295,7 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
     from bridge.service.shadow import ShadowRecorder
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
+    from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 
     if modes is None:
         if flags is None:
@@ -303,7 +304,7 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
     return Reconciler(
         reconcile_store or SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
         modes, metrics, SystemClock(), recorder=ShadowRecorder(store.runs), pending_ends=SqlPendingEnds(store.engine),
-        scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler), tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s),

@@ -40,6 +40,7 @@ from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyCron, LegacyInstance
+from legacy_adapters.scheduler_mode import SchedulerMode
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import (
@@ -100,7 +101,7 @@ def failure_code(exc: BaseException) -> str:
 class Reconciler:
     def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
                  metrics: BridgeMetrics, clock: Clock, *, recorder: ShadowRecorder, pending_ends: PendingEndStore,
-                 scheduler_mode: str,
+                 scheduler_mode: SchedulerMode,
                  tz: ZoneInfo, enabled_since: Callable[[str], int | None] = lambda origin: 0,
                  settings: ReconcileSettings | None = None, probe: ProcProbe | None = None) -> None:
         self._store = store

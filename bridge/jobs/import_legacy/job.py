@@ -48,7 +48,7 @@ from legacy_adapters.online_backup import instance_span
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyInstance
-from legacy_adapters.scheduler_mode import detect_scheduler_mode
+from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 from legacy_adapters.schema import InstanceStatus
 
 T = TypeVar("T")
@@ -146,8 +146,7 @@ class _Importer:
         self.uow = uow
         self.cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
         self.snapshots_stored: OrderedDict[str, None] = OrderedDict()
-        self.scheduler_mode = (detect_scheduler_mode() if settings.legacy_scheduler == "auto"
-                               else settings.legacy_scheduler)
+        self.scheduler_mode = resolve_scheduler_mode(settings.legacy_scheduler)
         self.tz = ZoneInfo(settings.legacy_tz or local_zone_name())
 
     def run(self, console: Console, resume: bool, after_batch: BatchHook | None) -> ImportSummary:

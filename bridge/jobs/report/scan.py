@@ -18,7 +18,7 @@ from legacy_adapters.identity import instance_import_key
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyInstance
-from legacy_adapters.scheduler_mode import detect_scheduler_mode
+from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.gates import OriginFigures, Window
@@ -81,8 +81,7 @@ class Scan:
         self.reader, self.queries, self.tally, self.pending = reader, queries, tally, pending
         self.window, self.batch_size = window, batch_size
         self.tz = ZoneInfo(window.zone)
-        self.scheduler_mode = (detect_scheduler_mode() if settings.legacy_scheduler == "auto"
-                               else settings.legacy_scheduler)
+        self.scheduler_mode = resolve_scheduler_mode(settings.legacy_scheduler)
         self.get_cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
         self.excluded, self.notes = 0, list[str]()
 
