@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any, Protocol
+from typing import Protocol
 
 from bridge.domain.events import ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.jobs.stop_decisions import RECONCILER, StopDecisions, instance_of, legacy_stop_code
-from bridge.service.reconcile import UnfinishedRuns
+from bridge.service.reconcile import UnfinishedRun, UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import PendingEndStore, ShadowRecorder
 from legacy_adapters.callbacks import exit_code_as_given
@@ -69,9 +69,9 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
         page = store.active_legacy_runs(cursor, PAGE)
         if not page:
             break
-        waiting = pending.waiting_runs([run["id"] for run in page])
+        waiting = pending.waiting_runs([run.id for run in page])
         for run in page:
-            if run["id"] in waiting:  # its pending end is decided by the decider once its window is over
+            if run.id in waiting:  # its pending end is decided by the decider once its window is over
                 outcomes["awaiting_stop_decision"] += 1
                 continue
             if unavailable is None:
@@ -84,7 +84,7 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
                     if metrics is not None:
                         metrics.legacy_database_unavailable(unavailable, "recovery")
             outcomes[f"deferred:{unavailable}"] += 1
-        cursor = (page[-1]["created_at_ms"], page[-1]["id"])
+        cursor = (page[-1].created_at_ms, page[-1].id)
     if outcomes:
         log.info("startup recovery: %s", dict(outcomes))
     return outcomes
@@ -100,16 +100,18 @@ def _decide_pending_ends(decisions: StopDecisions) -> Counter[str]:
     return total
 
 
-def _recover(run: dict[str, Any], runs: RunService, recorder: ShadowRecorder, reader: LegacyReader,
+def _recover(run: UnfinishedRun, runs: RunService, recorder: ShadowRecorder, reader: LegacyReader,
              probe: ProcProbe | None) -> str:
     """One Run against its 2.x row; ``probe`` None: 2.x's processes are not visible, so its row decides alone."""
-    instance = instance_of(reader, run["legacy_cron_id"], run["legacy_pid"], run["log_ref"], run["started_at_ms"],
-                           run["created_at_ms"])
+    if run.legacy_cron_id is None:  # no 2.x execution names it: nothing of 2.x's can show it alive
+        return _lost(runs, run, "no_legacy_instance")
+    instance = instance_of(reader, run.legacy_cron_id, run.legacy_pid, run.log_ref, run.started_at_ms,
+                           run.created_at_ms)
     if instance is None:
         return _lost(runs, run, "no_legacy_instance")
     if instance.status == InstanceStatus.STOPPED:
         finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
-        recorder.cancel_run(run["id"], actor=RECONCILER, code=legacy_stop_code(reader, instance),
+        recorder.cancel_run(run.id, actor=RECONCILER, code=legacy_stop_code(reader, instance),
                             evidence="legacy_instance", finished_at_ms=finished)
         return "cancelled"
     if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
@@ -119,29 +121,29 @@ def _recover(run: dict[str, Any], runs: RunService, recorder: ShadowRecorder, re
             return _lost(runs, run, "process_unprovable")
         _still_running(runs, run, {"evidence": "legacy_instance", "reason": PROCESSES_NOT_VISIBLE})
         return "running:legacy_instance"
-    alive = probe.same_process(run["legacy_pid"], ProcessHandle.from_json(run.get("executor_handle")))
+    alive = probe.same_process(run.legacy_pid, ProcessHandle.from_json(run.executor_handle))
     if alive:
         _still_running(runs, run, {"evidence": "process_identity"})
         return "running"
     return _lost(runs, run, "process_gone" if alive is False else "process_unprovable")
 
 
-def _still_running(runs: RunService, run: dict[str, Any], why: dict[str, str]) -> None:
+def _still_running(runs: RunService, run: UnfinishedRun, why: dict[str, str]) -> None:
     """``run.reconciled``: the Run stays open, and the event says on what evidence (one per restart)."""
-    runs.change(run["id"], lambda store, change: change.append(EventType.RUN_RECONCILED, {"outcome": "running", **why}),
+    runs.change(run.id, lambda store, change: change.append(EventType.RUN_RECONCILED, {"outcome": "running", **why}),
                 actor=RECONCILER, command="reconcile", dedupe_key=None)
 
 
-def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -> str:
+def _complete(runs: RunService, run: UnfinishedRun, instance: LegacyInstance) -> str:
     failed = instance.status == InstanceStatus.ERROR
     exit_code = exit_code_as_given(instance.exit_code)
 
     def work(tx: RunTransaction) -> None:
-        current = tx.store.get_run(run["id"])
-        attempt = tx.store.get_attempt(run["attempt_id"]) if run.get("attempt_id") else None
+        current = tx.store.get_run(run.id)
+        attempt = tx.store.get_attempt(run.attempt_id) if run.attempt_id else None
         if current is None or current.is_terminal or attempt is None or attempt.is_terminal:
             return
-        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-end:{run['id']}")
+        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-end:{run.id}")
         error = {"error_code": ErrorCode.PROCESS_EXIT_ERROR.value} if failed else {}
         finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
         evidence = {"evidence": "legacy_instance", "legacy_status": int(instance.status or 0)}
@@ -155,13 +157,13 @@ def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -
     return "completed"
 
 
-def _lost(runs: RunService, run: dict[str, Any], reason: str) -> str:
+def _lost(runs: RunService, run: UnfinishedRun, reason: str) -> str:
     def work(tx: RunTransaction) -> None:
-        current = tx.store.get_run(run["id"])
+        current = tx.store.get_run(run.id)
         if current is None or current.is_terminal or current.status is RunStatus.LOST:
             return
-        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-lost:{run['id']}:{reason}")
-        attempt = tx.store.get_attempt(run["attempt_id"]) if run.get("attempt_id") else None
+        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-lost:{run.id}:{reason}")
+        attempt = tx.store.get_attempt(run.attempt_id) if run.attempt_id else None
         error = {"error_code": ErrorCode.WORKER_LOST.value, "error_summary": reason}
         if attempt is not None and not attempt.is_terminal:
             change.move_attempt(attempt, AttemptStatus.LOST, payload={"reason": reason},

@@ -162,7 +162,7 @@ def test_running_rows_become_active_shadow_runs_that_the_end_callback_closes(env
     assert (attempt["status"], attempt["pid"], attempt["log_artifact_id"]) == ("running", 777,
                                                                               log_path_digest(log_path))
     assert [e["type"] for e in env.events(run["id"])] == TERMINAL_PATH
-    assert SqlReconcileStore(env.engine).active_legacy_runs((-1, ""), 10)[0]["id"] == run["id"]  # recovery sees it
+    assert SqlReconcileStore(env.engine).active_legacy_runs((-1, ""), 10)[0].id == run["id"]  # recovery sees it
 
     recorder = ShadowRecorder(RunService(env.backend.uow, clock=SystemClock()))  # type: ignore[arg-type]
     end = CallbackFacts(cron_id=cron, pid=777, log_ref=log_path_digest(log_path), started_at_ms=(BEGIN_S + 1) * 1000,

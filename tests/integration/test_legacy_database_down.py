@@ -172,7 +172,7 @@ def test_a_cold_bridge_serve_starts_and_forwards_in_front_of_a_hot_journal(tmp_p
         store = SqlReconcileStore(engine)
         keys = [f"legacy:{cron}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}" for pid, log in ((51, "s.log"),
                                                                                             (52, "s2.log"))]
-        found = {row["pid"]: row["status"] for row in store.runs_by_keys(keys).values()}
+        found = {row.pid: row.status for row in store.runs_by_keys(keys).values()}
         assert found == {51: "succeeded", 52: "running"}
     finally:
         engine.dispose()

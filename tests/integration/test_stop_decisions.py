@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +57,8 @@ class World:
 
     def run(self, cron: int, pid: int, log: str, begin: int) -> dict[str, Any]:
         (row,) = self.store.runs_by_keys([f"legacy:{cron}:{pid}:{log_path_digest(log)}:{begin * 1000}"]).values()
-        run = self.runs.get_run(row["id"])
-        return {**row, "error_code": run.error_code, "cancel_reason": run.cancel_reason,
+        run = self.runs.get_run(row.id)
+        return {**asdict(row), "error_code": run.error_code, "cancel_reason": run.cancel_reason,
                 "events": len(self.runs.list_events(run.id, 0, 500).events)}
 
     def kept(self) -> int:
