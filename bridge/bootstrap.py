@@ -96,6 +96,17 @@ class Store:
 
         return import_unit_of_work(self.engine, busy_budget_ms=busy_budget_ms, busy_attempts=busy_attempts)
 
+    @property
+    def single_writer(self) -> bool:
+        """One writer at a time (SQLite): the import paces its batches (bridge.jobs.import_legacy.pacing)."""
+        return store_capabilities(self.engine).single_writer
+
+    def schema_revisions(self) -> tuple[str | None, str]:
+        """(the store's Alembic revision, None when empty; this code's head), for the import's schema check."""
+        from bridge.storage.migrate import current_revision, head_revision
+
+        return current_revision(self.engine), head_revision()
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -285,12 +296,17 @@ def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyR
 
 def _recover(store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
              probe: ProcProbe | None = None) -> Counter[str]:
+    """Startup recovery on ``store``: the stop decisions it settles first share its recorder and pending ends."""
     from bridge.jobs.recovery import recover_on_startup
+    from bridge.jobs.stop_decisions import StopDecisions
+    from bridge.service.shadow import ShadowRecorder
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
-    return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, SqlPendingEnds(store.engine),
-                              probe, metrics=metrics)
+    recorder, pending = ShadowRecorder(store.runs), SqlPendingEnds(store.engine)
+    decisions = StopDecisions(recorder, reader, pending, SystemClock())
+    return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, pending, probe,
+                              decisions=decisions, recorder=recorder, metrics=metrics)
 
 
 def _recovering_first(reconciler: Reconciler, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
@@ -312,8 +328,10 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
     """The reconcile pass, over ``reconcile_store`` when given (else one on the store's engine). Without
     ``flags`` (a test's fixed modes), ``modes`` alone decides and every origin counts as enabled from the start."""
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
+    from bridge.service.shadow import ShadowRecorder
     from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
+    from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 
     if modes is None:
         if flags is None:
@@ -321,8 +339,8 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
         modes = CachedModes(flags)
     return Reconciler(
         reconcile_store or SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
-        modes, metrics, SystemClock(), pending_ends=SqlPendingEnds(store.engine),
-        scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        modes, metrics, SystemClock(), recorder=ShadowRecorder(store.runs), pending_ends=SqlPendingEnds(store.engine),
+        scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler), tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s),
@@ -351,12 +369,6 @@ def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> Legacy
     return reader
 
 
-def _scheduler_mode(settings: Settings) -> str:
-    from legacy_adapters.scheduler_mode import detect_scheduler_mode
-
-    return settings.legacy_scheduler if settings.legacy_scheduler != "auto" else detect_scheduler_mode()
-
-
 def _legacy_zone(settings: Settings) -> ZoneInfo:
     return ZoneInfo(settings.legacy_tz or local_zone_name())
 
@@ -370,6 +382,7 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
     closes its Run at once, and relayed stops still apply."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
+    from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 
     reader = reader or build_legacy_reader(settings)
     clock = clock or SystemClock()
@@ -377,7 +390,7 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
     stops = build_stop_decisions(settings, store, recorder, reader, keep_ends=keep_ends, clock=clock)
     interceptor = ShadowInterceptor(
         recorder, reader, modes, metrics, clock,
-        budget_ms=settings.shadow_budget_ms, scheduler_mode=_scheduler_mode(settings), tz=_legacy_zone(settings),
+        budget_ms=settings.shadow_budget_ms, scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler), tz=_legacy_zone(settings),
         auth=auth or build_token_authority(settings), on_primary_commit=on_primary_commit,
         read_ahead=store_capabilities(store.engine).reads_are_round_trips, stops=stops)
     return CallbackPath(recorder, stops, interceptor)

@@ -1,4 +1,8 @@
-"""Read-only access to 2.x's ``data/db/database.sqlite``, tolerant of installs older than v2.21.0."""
+"""Read-only access to 2.x's ``data/db/database.sqlite``, tolerant of installs older than v2.21.0.
+
+Every read goes through ``LegacyReader._read``, the one place where an SQLite error becomes a LegacyDatabaseError
+whose ``reason`` is the state the file is in (``DatabaseState``): no caller sees a driver error.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ _THREE_ZERO_TABLES = ("Runs", "RunAttempts", "RunEvents", "RunRetryPolicies")
 INSTANCE_LOOKBACK_S = 600
 INSTANCE_LOOKAHEAD_S = 60
 INSTANCE_SCAN_IDS = 30_000
+_STATES = frozenset(state.value for state in DatabaseState)
 
 
 class LegacyReader:
@@ -85,10 +90,17 @@ class LegacyReader:
         return self._read(lambda conn: conn.execute(sql, params).fetchall())
 
     def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """``work``'s autocommit statements on one connection, run again while 2.x's lock turns them away."""
+        """``work``'s autocommit statements on one connection, run again while 2.x's lock turns them away.
+
+        Raises LegacyDatabaseError, its ``reason`` the DatabaseState the SQLite error reveals, when the read fails.
+        """
         deadline = time.monotonic() + BUSY_BUDGET_S
-        with self._connection(deadline) as conn:
-            return self._until(deadline, lambda: work(conn))
+        try:
+            with self._connection(deadline) as conn:
+                return self._until(deadline, lambda: work(conn))
+        except sqlite3.Error as exc:
+            state = self.state_of(exc)
+            raise LegacyDatabaseError(str(self.path), state.value, STATE_DETAIL.get(state, "")) from exc
 
     def _until(self, deadline: float, attempt: Callable[[], T]) -> T:
         """``attempt()``, tried again while SQLITE_BUSY turns it away (each try waits up to BUSY_STEP_S itself).
@@ -272,7 +284,7 @@ class LegacyReader:
             tables, crontabs = self._read(lambda conn: (
                 {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")},
                 {row[0] for row in conn.execute("SELECT name FROM pragma_table_info('Crontabs')")}))
-        except sqlite3.Error as exc:
+        except LegacyDatabaseError as exc:
             return self.state_of(exc)
         if not CRONTABS_SENTINEL_COLUMNS <= crontabs:
             # Nothing at all is no evidence of something else: a file emptied by a crash, or 2.x's first boot.
@@ -281,8 +293,11 @@ class LegacyReader:
             return DatabaseState.UNSUPPORTED
         return DatabaseState.OK
 
-    def state_of(self, exc: sqlite3.Error) -> DatabaseState:
-        """The state an SQLite error from one of this reader's reads reveals."""
+    def state_of(self, exc: sqlite3.Error | LegacyDatabaseError) -> DatabaseState:
+        """The state a failed read of this reader reveals: the reason of its LegacyDatabaseError, or what an
+        SQLite error says (for a caller that still holds one)."""
+        if isinstance(exc, LegacyDatabaseError):
+            return DatabaseState(exc.reason) if exc.reason in _STATES else DatabaseState.UNREADABLE
         return database_state(self.path, exc)
 
     def check_is_legacy_database(self) -> None:

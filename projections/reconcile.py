@@ -16,7 +16,8 @@ from deepdiff import DeepDiff
 
 from bridge.domain.events import ErrorCode, is_signal_exit
 from bridge.domain.mismatches import CRON_KINDS, MismatchKind
-from bridge.domain.model import RUN_ACTIVE
+from bridge.domain.model import RUN_ACTIVE, Origin, RunStatus
+from bridge.service.reconcile import ActiveRun, ComparedRun, OpenMismatch
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.records import LegacyCron, LegacyInstance
@@ -24,8 +25,7 @@ from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import MAX_EPOCH_SECONDS, epoch_seconds_to_ms, ms_to_epoch_seconds
 
 # 2.x instance status → the shadow Run status it should sit beside (docs/legacy-2x.md#status-numbers).
-EXPECTED_RUN_STATUS = {status: ended.run.value for status, ended in ENDED_INSTANCE.items()}
-ACTIVE_RUN_STATUSES = frozenset(status.value for status in RUN_ACTIVE)  # the domain's list, as stored
+EXPECTED_RUN_STATUS = {status: ended.run for status, ended in ENDED_INSTANCE.items()}
 # A stop 2.x answered through the bridge: its killed shell's trap may have closed the row first (error, 143).
 RELAYED_STOP_CODES = frozenset({ErrorCode.CANCELLED_BY_USER.value, ErrorCode.INSTANCE_STOPPED_BY_USER.value})
 VOLATILE = ["root['updated_at']", "root['received_at_ms']"]
@@ -48,7 +48,7 @@ class Finding:
     cron_id: int | None
     run_id: str | None = None
     instance_id: int | None = None
-    origin: str | None = None
+    origin: Origin | None = None
     diff: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -60,7 +60,7 @@ class Finding:
         return f"{self.kind}:{self.cron_id}:{subject}"
 
 
-def judged_subject(kind: str, cron_id: int | None, dedupe_key: str) -> str:
+def judged_subject(kind: MismatchKind, cron_id: int | None, dedupe_key: str) -> str:
     """What a pass has to judge again before a mismatch may close: its 2.x row (``i<id>``), its Run
     (``r<id>``) or, for Crontabs findings, its cron (``c<id>``; the Run they name changes as Runs come and go)."""
     subject = dedupe_key.split(":", 2)[-1]
@@ -92,11 +92,11 @@ class JudgedSubjects:
     It holds what is open, never what 2.x holds.
     """
 
-    def __init__(self, open_mismatches: Iterable[tuple[int, str, int | None, str]]) -> None:
-        self._open: dict[str, list[tuple[str, int]]] = {}
+    def __init__(self, open_mismatches: Iterable[OpenMismatch]) -> None:
+        self._open: dict[str, list[tuple[MismatchKind, int]]] = {}
         for mismatch_id, kind, cron_id, dedupe_key in open_mismatches:
             self._open.setdefault(judged_subject(kind, cron_id, dedupe_key), []).append((kind, mismatch_id))
-        self._judged: dict[int, str] = {}
+        self._judged: dict[int, MismatchKind] = {}
         self._read: set[str] = set()  # subjects with open mismatches the pass read (rows) or visited (crons)
         self._unjudgeable: dict[str, str] = {}  # such subjects, with why they can no longer be judged
 
@@ -131,7 +131,7 @@ class JudgedSubjects:
         """A Crontabs row read without invalid values, and compared with the cron's active Runs or not."""
         self._judge(f"c{cron_id}", {INVALID_LEGACY_VALUE, *(_CRON_KINDS if compared else ())})
 
-    def forget(self, kind: str) -> None:
+    def forget(self, kind: MismatchKind) -> None:
         """The pass could not judge every mismatch of this kind after all (it read a page of them only)."""
         self._judged = {mismatch_id: k for mismatch_id, k in self._judged.items() if k != kind}
 
@@ -159,7 +159,7 @@ class JudgedSubjects:
             if unjudgeable is not None:
                 self._unjudgeable[subject] = unjudgeable
 
-    def _judge(self, subject: str, kinds: Collection[str] | None) -> None:
+    def _judge(self, subject: str, kinds: Collection[MismatchKind] | None) -> None:
         for kind, mismatch_id in self._open.get(subject, ()):
             if kinds is None or kind in kinds:
                 self._judged[mismatch_id] = kind
@@ -171,7 +171,7 @@ class RecordedAgain:
 
     run_id: str
     cron_id: int | None
-    origin: str | None
+    origin: Origin | None
     rows: int = 0
     listed: list[tuple[int, int | None]] = field(default_factory=list)
 
@@ -199,7 +199,7 @@ def structured_diff(legacy: dict[str, Any], shadow: dict[str, Any], *, epsilon: 
     return json.loads(diff.to_json()) if diff else {}
 
 
-def compare_ended(instance: LegacyInstance, run: dict[str, Any], tolerance_s: int) -> list[Finding]:
+def compare_ended(instance: LegacyInstance, run: ComparedRun, tolerance_s: int) -> list[Finding]:
     """An ended 2.x instance against its shadow Run: status, exit code, start and finish times.
 
     For a row ``instance_defects`` finds nothing in; any other row is an ``invalid_value`` finding.
@@ -208,61 +208,62 @@ def compare_ended(instance: LegacyInstance, run: dict[str, Any], tolerance_s: in
     expected = EXPECTED_RUN_STATUS.get(status) if status is not None else None
     stopped = status is InstanceStatus.STOPPED or stopped_by_relayed_stop(instance, run)
     if stopped:
-        expected = "cancelled"
+        expected = RunStatus.CANCELLED
 
     def finding(kind: MismatchKind, legacy: dict[str, Any], shadow: dict[str, Any],
                 epsilon: float = 0.0) -> list[Finding]:
         diff = structured_diff(legacy, shadow, epsilon=epsilon)
-        return [Finding(kind, instance.cron_id, run["id"], instance.id, run.get("origin"), diff)] if diff else []
+        return [Finding(kind, instance.cron_id, run.id, instance.id, run.origin, diff)] if diff else []
 
-    found = finding(MismatchKind.TERMINAL_STATUS, {"status": expected}, {"status": run["status"]})
+    # As plain text on both sides: the diff is stored and shown as JSON.
+    found = finding(MismatchKind.TERMINAL_STATUS, {"status": _text(expected)}, {"status": run.status.value})
     if not stopped:  # a stopped row's 143 (or nothing, at boot) pairs with cancelled
         # Like with like: both sides as 2.x keeps the number (a fraction stays a fraction).
         found += finding(MismatchKind.EXIT_CODE, {"exit_code": exit_code_as_given(instance.exit_code)},
-                         {"exit_code": exit_code_as_given(run.get("exit_code"))})
+                         {"exit_code": exit_code_as_given(run.exit_code)})
     found += finding(MismatchKind.START_TIME, {"started_s": instance.started_at},
-                     {"started_s": _seconds(run.get("started_at_ms"))}, tolerance_s)
-    if instance.finished_at is not None and run["status"] not in ACTIVE_RUN_STATUSES:
+                     {"started_s": _seconds(run.started_at_ms)}, tolerance_s)
+    if instance.finished_at is not None and run.status not in RUN_ACTIVE:
         found += finding(MismatchKind.FINISH_TIME, {"finished_s": instance.finished_at},
-                         {"finished_s": _seconds(run.get("finished_at_ms"))}, tolerance_s)
+                         {"finished_s": _seconds(run.finished_at_ms)}, tolerance_s)
     return found
 
 
-def stopped_by_relayed_stop(instance: LegacyInstance, run: dict[str, Any]) -> bool:
+def stopped_by_relayed_stop(instance: LegacyInstance, run: ComparedRun) -> bool:
     """2.x says error with a signal exit, and the shadow Run was cancelled by a stop 2.x accepted through the
     bridge: the killed shell's end reached 2.x before the stop marked the row, so both tell the same story."""
     return (_instance_status(instance.status) is InstanceStatus.ERROR and is_signal_exit(instance.exit_code)
-            and run.get("status") == "cancelled" and run.get("error_code") in RELAYED_STOP_CODES)
+            and run.status is RunStatus.CANCELLED and run.error_code in RELAYED_STOP_CODES)
 
 
-def compare_running(instance: LegacyInstance, run: dict[str, Any], process_alive: bool | None) -> list[Finding]:
+def compare_running(instance: LegacyInstance, run: ComparedRun, process_alive: bool | None) -> list[Finding]:
     """A 2.x instance still marked running: stuck when its process is provably gone, or ended in the shadow."""
     if process_alive is False:
-        return [Finding(MismatchKind.STUCK, instance.cron_id, run["id"], instance.id, run.get("origin"),
+        return [Finding(MismatchKind.STUCK, instance.cron_id, run.id, instance.id, run.origin,
                         {"legacy": "running", "process": "gone", "pid": instance.pid})]
-    if run["status"] not in ACTIVE_RUN_STATUSES:
-        return [Finding(MismatchKind.TERMINAL_STATUS, instance.cron_id, run["id"], instance.id, run.get("origin"),
-                        structured_diff({"status": "running"}, {"status": run["status"]}))]
+    if run.status not in RUN_ACTIVE:
+        return [Finding(MismatchKind.TERMINAL_STATUS, instance.cron_id, run.id, instance.id, run.origin,
+                        structured_diff({"status": "running"}, {"status": run.status.value}))]
     return []
 
 
 def compare_cron(cron_id: int, legacy_status: int | None, legacy_pid: int | None,
-                 active_runs: list[dict[str, Any]]) -> list[Finding]:
+                 active_runs: list[ActiveRun]) -> list[Finding]:
     """Crontabs.status / pid against the cron's active shadow Runs (running > queued > idle)."""
-    running = [r for r in active_runs if r["status"] == "running"]
-    shadow_state = "running" if running else ("queued" if any(r["status"] == "queued" for r in active_runs)
+    running = [r for r in active_runs if r.status is RunStatus.RUNNING]
+    shadow_state = "running" if running else ("queued" if any(r.status is RunStatus.QUEUED for r in active_runs)
                                               else "idle")
     legacy_state = {0: "running", 3: "queued"}.get(legacy_status if legacy_status is not None else -1, "idle")
-    run_id = active_runs[0]["id"] if active_runs else None
+    run_id = active_runs[0].id if active_runs else None
     found = []
     diff = structured_diff({"state": legacy_state}, {"state": shadow_state})
     if diff:
-        origin = active_runs[0].get("origin") if active_runs else None
+        origin = active_runs[0].origin if active_runs else None
         found.append(Finding(MismatchKind.ACTIVE_STATE, cron_id, run_id, None, origin, diff))
-    if legacy_state == "running" and running and running[0].get("pid") is not None \
-            and legacy_pid is not None and running[0]["pid"] != legacy_pid:
-        found.append(Finding(MismatchKind.PID, cron_id, running[0]["id"], None, running[0].get("origin"),
-                             structured_diff({"pid": legacy_pid}, {"pid": running[0]["pid"]})))
+    pid = running[0].pid if running else None
+    if legacy_state == "running" and pid is not None and legacy_pid is not None and pid != legacy_pid:
+        found.append(Finding(MismatchKind.PID, cron_id, running[0].id, None, running[0].origin,
+                             structured_diff({"pid": legacy_pid}, {"pid": pid})))
     return found
 
 
@@ -299,7 +300,7 @@ def cron_defects(cron: LegacyCron, latest_s: float) -> dict[str, str]:
 
 
 def invalid_value(table: str, defects: dict[str, str], cron_id: int | None, run_id: str | None = None,
-                  instance_id: int | None = None, origin: str | None = None) -> Finding:
+                  instance_id: int | None = None, origin: Origin | None = None) -> Finding:
     """The finding for a row with unjudgeable columns: ``{"<table>.<column>": why}``, never a value."""
     diff = {f"{table}.{column}": why for column, why in sorted(defects.items())}
     return Finding(INVALID_LEGACY_VALUE, cron_id if _fits_int64(cron_id) else None, run_id, instance_id, origin,
@@ -344,3 +345,7 @@ def _status_name(value: int | None) -> str:
 
 def _seconds(ms: int | None) -> int | None:
     return ms_to_epoch_seconds(ms) if ms is not None else None
+
+
+def _text(status: RunStatus | None) -> str | None:
+    return status.value if status is not None else None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
@@ -24,31 +23,28 @@ from itertools import islice
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from sqlalchemy.exc import DBAPIError
-
 from bridge.domain.errors import BridgeError
 from bridge.domain.events import EventType
 from bridge.domain.keys import import_key
 from bridge.domain.mismatches import MismatchKind
-from bridge.domain.model import Mode
+from bridge.domain.model import RUN_ACTIVE, Mode, Origin
 from bridge.jobs.stop_decisions import RECONCILER, legacy_stop_code
 from bridge.metrics import BridgeMetrics
 from bridge.service.pending_ends import PendingEndStore
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
-from bridge.service.reconcile import ReconcileStore
+from bridge.service.reconcile import ComparedRun, ReconcileStore
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import ShadowRecorder
-from bridge.storage.errors import translate_operational_error
-from legacy_adapters.errors import LegacyDatabaseError
+from bridge.storage.errors import reconcile_failure_code
 from legacy_adapters.identity import instance_execution_key, instance_import_key, speaking_row
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyCron, LegacyInstance
+from legacy_adapters.scheduler_mode import SchedulerMode
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import (
-    ACTIVE_RUN_STATUSES,
     INVALID_LEGACY_VALUE,
     KEY_COLUMNS,
     LEGACY_DUPLICATE_INSTANCE,
@@ -99,21 +95,18 @@ def failure_code(exc: BaseException) -> str:
     """What a failed pass records: the bridge's error code, else the exception's type; never its message."""
     if isinstance(exc, BridgeError):
         return exc.code
-    if isinstance(exc, DBAPIError):  # SQLAlchemy's own ``code`` is a documentation link id, not a cause
-        return translate_operational_error(exc).code
-    if isinstance(exc, sqlite3.Error):  # the store's driver errors arrive wrapped: a bare one is 2.x's file
-        return LegacyDatabaseError.code
-    return type(exc).__name__
+    return reconcile_failure_code(exc) or type(exc).__name__
 
 
 class Reconciler:
     def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
-                 metrics: BridgeMetrics, clock: Clock, *, pending_ends: PendingEndStore, scheduler_mode: str,
+                 metrics: BridgeMetrics, clock: Clock, *, recorder: ShadowRecorder, pending_ends: PendingEndStore,
+                 scheduler_mode: SchedulerMode,
                  tz: ZoneInfo, enabled_since: Callable[[str], int | None] = lambda origin: 0,
                  settings: ReconcileSettings | None = None, probe: ProcProbe | None = None) -> None:
         self._store = store
         self._runs = runs
-        self._recorder = ShadowRecorder(runs)
+        self._recorder = recorder  # cancels the Runs of executions 2.x shows stopped
         self._pending = pending_ends  # Runs whose pending end the stop decider settles
         self._reader = reader
         self._modes = modes
@@ -215,9 +208,9 @@ class Reconciler:
         # were): found, then left out of the checks, every row of the execution.
         imports = {key: instance_import_key(rows[0]) for key, rows in executions.items()}
         runs = self._store.runs_by_keys([*executions, *imports.values(), *(import_key(i.id) for i in window)])
-        earlier = self._store.mark_seen(pass_id, [run["id"] for run in runs.values()])
+        earlier = self._store.mark_seen(pass_id, [run.id for run in runs.values()])
         for matched in runs.values():
-            self._judged.run_matched(matched["id"])
+            self._judged.run_matched(matched.id)
         cutoff_s = (now_ms - self._settings.grace_s * 1000) / 1000
         for key, rows in executions.items():
             stats["instances"] += 1
@@ -225,11 +218,11 @@ class Reconciler:
             imported = {i.id for i in rows if run is None and (imports[key] in runs or import_key(i.id) in runs)}
             for instance_id in imported - defects.keys():
                 self._judged.instance(instance_id)  # it has its Run, whose history is not compared
-            again = run is not None and run["id"] in earlier
+            again = run is not None and run.id in earlier
             if rows := [i for i in rows if i.id not in imported]:
                 self._execution(key, rows, run, defects, cutoff_s, stats, again=again)
 
-    def _execution(self, key: str, rows: list[LegacyInstance], run: dict[str, Any] | None,
+    def _execution(self, key: str, rows: list[LegacyInstance], run: ComparedRun | None,
                    defects: dict[int, dict[str, str]], cutoff_s: float, stats: dict[str, int], *, again: bool) -> None:
         """One execution's rows in this batch. One is compared with the Run; any other is 2.x recording the
         execution again (replayed callbacks), counted and never compared. ``again``: the Run was matched in
@@ -245,11 +238,11 @@ class Reconciler:
             elif not in_flight:
                 self._judged.instance(extra.id)
         if run is not None and not in_flight:
-            self._judged.execution(run["id"])
+            self._judged.execution(run.id)
             if extras:
                 self._recorded_again(key, run, rows, again)
 
-    def _judge(self, instance: LegacyInstance, run: dict[str, Any] | None, defects: dict[str, str] | None,
+    def _judge(self, instance: LegacyInstance, run: ComparedRun | None, defects: dict[str, str] | None,
                cutoff_s: float, stats: dict[str, int]) -> bool:
         """Compare one execution's row with its Run (or find it missing); False when it was not judged."""
         if defects:  # the Run is named (a repair in 2.x closes the finding) and its comparison waits
@@ -262,20 +255,20 @@ class Reconciler:
             return True
         return self._compare(instance, run, stats)
 
-    def _invalid(self, instance: LegacyInstance, run: dict[str, Any] | None, defects: dict[str, str]) -> None:
-        run_id, origin = (run["id"], run.get("origin")) if run else (None, None)
+    def _invalid(self, instance: LegacyInstance, run: ComparedRun | None, defects: dict[str, str]) -> None:
+        run_id, origin = (run.id, run.origin) if run else (None, None)
         self._emit([invalid_value("RunningInstances", defects, instance.cron_id, run_id, instance.id, origin)])
 
-    def _compare(self, instance: LegacyInstance, run: dict[str, Any], stats: dict[str, int]) -> bool:
+    def _compare(self, instance: LegacyInstance, run: ComparedRun, stats: dict[str, int]) -> bool:
         if instance.status == InstanceStatus.RUNNING:
-            handle = ProcessHandle.from_json(run.get("executor_handle"))
+            handle = ProcessHandle.from_json(run.executor_handle)
             alive = self._probe.same_process(instance.pid, handle) if self._judges_processes else None
             self._emit(compare_running(instance, run, alive))
-        elif run["status"] in ACTIVE_RUN_STATUSES and self._pending.waiting_runs([run["id"]]):
+        elif run.status in RUN_ACTIVE and self._pending.waiting_runs([run.id]):
             return False  # its end is kept: the stop decider closes the Run, with its exit code, within the window
-        elif instance.status == InstanceStatus.STOPPED and run["status"] in ACTIVE_RUN_STATUSES:
+        elif instance.status == InstanceStatus.STOPPED and run.status in RUN_ACTIVE:
             finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
-            self._recorder.cancel_run(run["id"], actor=RECONCILER, code=legacy_stop_code(self._reader, instance),
+            self._recorder.cancel_run(run.id, actor=RECONCILER, code=legacy_stop_code(self._reader, instance),
                                       evidence="legacy_instance", finished_at_ms=finished)
             stats["cancelled"] += 1
             return False  # the next pass compares the cancelled Run
@@ -283,13 +276,13 @@ class Reconciler:
             self._emit(compare_ended(instance, run, self._settings.tolerance_s))
         return True
 
-    def _recorded_again(self, key: str, run: dict[str, Any], rows: list[LegacyInstance], again: bool) -> None:
-        entry = self._replays.get(run["id"])
+    def _recorded_again(self, key: str, run: ComparedRun, rows: list[LegacyInstance], again: bool) -> None:
+        entry = self._replays.get(run.id)
         if entry is None:
-            entry = self._replays[run["id"]] = RecordedAgain(run["id"], rows[0].cron_id, run.get("origin"))
+            entry = self._replays[run.id] = RecordedAgain(run.id, rows[0].cron_id, run.origin)
             if again:  # the rows of an earlier batch, found as recovery finds them: inserted near the Run's creation
                 first = min(i.id for i in rows)
-                near = self._reader.instances_inserted_near(rows[0].cron_id or 0, rows[0].pid, run["created_at_ms"])
+                near = self._reader.instances_inserted_near(rows[0].cron_id or 0, rows[0].pid, run.created_at_ms)
                 found = [i for i in near if i.id < first
                          and instance_execution_key(i.cron_id, i.pid, i.log_path, i.started_at) == key]
                 entry.add(found)
@@ -305,9 +298,10 @@ class Reconciler:
     def _maybe_missing(self, instance: LegacyInstance) -> None:
         """A 2.x execution with no shadow Run counts only if its origin was being shadowed when it began."""
         cron = self._cron(instance.cron_id) if instance.cron_id is not None else None
-        origin = infer_scheduled_origin(cron, int(instance.started_at or 0), self._scheduler_mode, self._tz).origin
+        origin = Origin(infer_scheduled_origin(cron, int(instance.started_at or 0), self._scheduler_mode,
+                                               self._tz).origin)
         # Without a callback a panel run looks like an ad-hoc one: either could be the truth.
-        candidates = {origin} | ({"manual", "boot"} if origin == "script" else set())
+        candidates = {origin} | ({Origin.MANUAL, Origin.BOOT} if origin is Origin.SCRIPT else set())
         started_ms = int((instance.started_at or 0) * 1000)
         for candidate in candidates:
             since = self._enabled_since(candidate)
@@ -322,15 +316,15 @@ class Reconciler:
         cursor: tuple[int, str] = (since_ms - 1, "")
         until = now_ms - self._settings.grace_s * 1000
         while page := self._store.unseen_runs(pass_id, since_ms, until, cursor, self._settings.batch_size):
-            self._emit([Finding(MismatchKind.ORPHAN, r["legacy_cron_id"], r["id"], None, r["origin"],
-                                {"legacy": None, "shadow": {"status": r["status"]}}) for r in page])
-            cursor = (page[-1]["created_at_ms"], page[-1]["id"])
+            self._emit([Finding(MismatchKind.ORPHAN, r.legacy_cron_id, r.id, None, r.origin,
+                                {"legacy": None, "shadow": {"status": r.status.value}}) for r in page])
+            cursor = (page[-1].created_at_ms, page[-1].id)
         groups = self._store.duplicate_groups(since_ms, self._settings.batch_size)
         if len(groups) >= self._settings.batch_size:
             self._judged.forget(MismatchKind.DUPLICATE)  # one page of the groups: those past it were not read
         for group in groups:
-            self._emit([Finding(MismatchKind.DUPLICATE, group["legacy_cron_id"], group["last_id"], None,
-                                group["origin"], {"runs": group["n"], "first_run_id": group["first_id"]})])
+            self._emit([Finding(MismatchKind.DUPLICATE, group.legacy_cron_id, group.last_run_id, None,
+                                group.origin, {"runs": group.runs, "first_run_id": group.first_run_id})])
 
     # -- Crontabs.status / pid against active Runs --------------------------------------------------
 
@@ -341,8 +335,8 @@ class Reconciler:
         while ids := self._store.crons_with_runs(since_ms, after, self._settings.batch_size):
             active = self._store.active_by_cron(ids)
             # A Run whose end is kept has ended as far as 2.x knows; the stop decider closes it within the window.
-            waiting = self._pending.waiting_runs([r["id"] for runs in active.values() for r in runs])
-            active = {cron: [r for r in runs if r["id"] not in waiting] for cron, runs in active.items()}
+            waiting = self._pending.waiting_runs([r.id for runs in active.values() for r in runs])
+            active = {cron: [r for r in runs if r.id not in waiting] for cron, runs in active.items()}
             for cron_id in ids:
                 stats["crons"] += 1
                 cron = self._cron(cron_id)
@@ -354,7 +348,7 @@ class Reconciler:
                     continue
                 runs = active.get(cron_id, [])
                 recent = (cron.last_execution_time or 0) * 1000 > cutoff_ms or \
-                    any(r["created_at_ms"] > cutoff_ms for r in runs)
+                    any(r.created_at_ms > cutoff_ms for r in runs)
                 if not recent:
                     self._emit(compare_cron(cron_id, cron.status, cron.pid, runs))
                 self._judged.cron(cron_id, compared=not recent)

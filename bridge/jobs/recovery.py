@@ -22,16 +22,14 @@ start, and again later.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections import Counter
-from typing import Any, Protocol
+from typing import Protocol
 
 from bridge.domain.events import ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.jobs.stop_decisions import RECONCILER, StopDecisions, instance_of, legacy_stop_code
-from bridge.service.clock import SystemClock
 from bridge.service.pending_ends import PendingEndStore
-from bridge.service.reconcile import UnfinishedRuns
+from bridge.service.reconcile import UnfinishedRun, UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import ShadowRecorder
 from legacy_adapters.callbacks import exit_code_as_given
@@ -53,52 +51,48 @@ class RecoveryMetrics(Protocol):
 
 
 def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyReader, pending: PendingEndStore,
-                       probe: ProcProbe | None = None, *, max_pages: int = 32,
-                       metrics: RecoveryMetrics | None = None) -> Counter[str]:
+                       probe: ProcProbe | None = None, *, decisions: StopDecisions, recorder: ShadowRecorder,
+                       max_pages: int = 32, metrics: RecoveryMetrics | None = None) -> Counter[str]:
     """Check each non-terminal legacy-owned Run once; returns how many ended in each outcome.
 
     Never raises for 2.x's database: Runs it cannot read for are counted as ``deferred:<state>`` (the
     DatabaseState code) and left untouched, so calling it again once 2.x's database reads settles them.
-    ``pending`` holds the ends kept for a stop decision: those whose window is over are decided first.
+    ``pending`` holds the ends kept for a stop decision: ``decisions`` (over the same store) decides first those
+    whose window is over. ``recorder`` cancels the Runs of executions 2.x shows stopped.
     """
     probe = probe or ProcProbe()
     judge_processes = probe.sees_legacy()  # once per call: the deployment does not change under it
     outcomes: Counter[str] = Counter({f"stop_decision:{kind}": n
-                                      for kind, n in _decide_pending_ends(runs, reader, pending).items()})
+                                      for kind, n in _decide_pending_ends(decisions).items()})
     cursor: tuple[int, str] = (-1, "")
     unavailable: str | None = None  # once 2.x's database failed a read, this call reads it no more
     for _ in range(max_pages):
         page = store.active_legacy_runs(cursor, PAGE)
         if not page:
             break
-        waiting = pending.waiting_runs([run["id"] for run in page])
+        waiting = pending.waiting_runs([run.id for run in page])
         for run in page:
-            if run["id"] in waiting:  # its pending end is decided by the decider once its window is over
+            if run.id in waiting:  # its pending end is decided by the decider once its window is over
                 outcomes["awaiting_stop_decision"] += 1
                 continue
             if unavailable is None:
                 try:
-                    outcomes[_recover(run, runs, reader, probe if judge_processes else None)] += 1
+                    outcomes[_recover(run, runs, recorder, reader, probe if judge_processes else None)] += 1
                     continue
-                except (LegacyDatabaseError, sqlite3.Error) as exc:
-                    unavailable = _state(reader, exc)
+                except LegacyDatabaseError as exc:  # its reason is the state 2.x's database is in
+                    unavailable = exc.reason
                     log.warning("startup recovery deferred: 2.x's database is %s", unavailable)
                     if metrics is not None:
                         metrics.legacy_database_unavailable(unavailable, "recovery")
             outcomes[f"deferred:{unavailable}"] += 1
-        cursor = (page[-1]["created_at_ms"], page[-1]["id"])
+        cursor = (page[-1].created_at_ms, page[-1].id)
     if outcomes:
         log.info("startup recovery: %s", dict(outcomes))
     return outcomes
 
 
-def _state(reader: LegacyReader, exc: LegacyDatabaseError | sqlite3.Error) -> str:
-    return exc.reason if isinstance(exc, LegacyDatabaseError) else str(reader.state_of(exc))
-
-
-def _decide_pending_ends(runs: RunService, reader: LegacyReader, pending: PendingEndStore) -> Counter[str]:
+def _decide_pending_ends(decisions: StopDecisions) -> Counter[str]:
     """Every pending end whose window is over (a restart during the window included), decided from 2.x's rows."""
-    decisions = StopDecisions(ShadowRecorder(runs), reader, pending, SystemClock())
     total: Counter[str] = Counter()
     while batch := decisions.decide_due():
         total.update(batch)
@@ -107,16 +101,19 @@ def _decide_pending_ends(runs: RunService, reader: LegacyReader, pending: Pendin
     return total
 
 
-def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe: ProcProbe | None) -> str:
+def _recover(run: UnfinishedRun, runs: RunService, recorder: ShadowRecorder, reader: LegacyReader,
+             probe: ProcProbe | None) -> str:
     """One Run against its 2.x row; ``probe`` None: 2.x's processes are not visible, so its row decides alone."""
-    instance = instance_of(reader, run["legacy_cron_id"], run["legacy_pid"], run["log_ref"], run["started_at_ms"],
-                           run["created_at_ms"])
+    if run.legacy_cron_id is None:  # no 2.x execution names it: nothing of 2.x's can show it alive
+        return _lost(runs, run, "no_legacy_instance")
+    instance = instance_of(reader, run.legacy_cron_id, run.legacy_pid, run.log_ref, run.started_at_ms,
+                           run.created_at_ms)
     if instance is None:
         return _lost(runs, run, "no_legacy_instance")
     if instance.status == InstanceStatus.STOPPED:
         finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
-        ShadowRecorder(runs).cancel_run(run["id"], actor=RECONCILER, code=legacy_stop_code(reader, instance),
-                                        evidence="legacy_instance", finished_at_ms=finished)
+        recorder.cancel_run(run.id, actor=RECONCILER, code=legacy_stop_code(reader, instance),
+                            evidence="legacy_instance", finished_at_ms=finished)
         return "cancelled"
     if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
         return _complete(runs, run, instance)
@@ -125,29 +122,29 @@ def _recover(run: dict[str, Any], runs: RunService, reader: LegacyReader, probe:
             return _lost(runs, run, "process_unprovable")
         _still_running(runs, run, {"evidence": "legacy_instance", "reason": PROCESSES_NOT_VISIBLE})
         return "running:legacy_instance"
-    alive = probe.same_process(run["legacy_pid"], ProcessHandle.from_json(run.get("executor_handle")))
+    alive = probe.same_process(run.legacy_pid, ProcessHandle.from_json(run.executor_handle))
     if alive:
         _still_running(runs, run, {"evidence": "process_identity"})
         return "running"
     return _lost(runs, run, "process_gone" if alive is False else "process_unprovable")
 
 
-def _still_running(runs: RunService, run: dict[str, Any], why: dict[str, str]) -> None:
+def _still_running(runs: RunService, run: UnfinishedRun, why: dict[str, str]) -> None:
     """``run.reconciled``: the Run stays open, and the event says on what evidence (one per restart)."""
-    runs.change(run["id"], lambda store, change: change.append(EventType.RUN_RECONCILED, {"outcome": "running", **why}),
+    runs.change(run.id, lambda store, change: change.append(EventType.RUN_RECONCILED, {"outcome": "running", **why}),
                 actor=RECONCILER, command="reconcile", dedupe_key=None)
 
 
-def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -> str:
+def _complete(runs: RunService, run: UnfinishedRun, instance: LegacyInstance) -> str:
     failed = instance.status == InstanceStatus.ERROR
     exit_code = exit_code_as_given(instance.exit_code)
 
     def work(tx: RunTransaction) -> None:
-        current = tx.store.get_run(run["id"])
-        attempt = tx.store.get_attempt(run["attempt_id"]) if run.get("attempt_id") else None
+        current = tx.store.get_run(run.id)
+        attempt = tx.store.get_attempt(run.attempt_id) if run.attempt_id else None
         if current is None or current.is_terminal or attempt is None or attempt.is_terminal:
             return
-        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-end:{run['id']}")
+        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-end:{run.id}")
         error = {"error_code": ErrorCode.PROCESS_EXIT_ERROR.value} if failed else {}
         finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
         evidence = {"evidence": "legacy_instance", "legacy_status": int(instance.status or 0)}
@@ -161,13 +158,13 @@ def _complete(runs: RunService, run: dict[str, Any], instance: LegacyInstance) -
     return "completed"
 
 
-def _lost(runs: RunService, run: dict[str, Any], reason: str) -> str:
+def _lost(runs: RunService, run: UnfinishedRun, reason: str) -> str:
     def work(tx: RunTransaction) -> None:
-        current = tx.store.get_run(run["id"])
+        current = tx.store.get_run(run.id)
         if current is None or current.is_terminal or current.status is RunStatus.LOST:
             return
-        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-lost:{run['id']}:{reason}")
-        attempt = tx.store.get_attempt(run["attempt_id"]) if run.get("attempt_id") else None
+        change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-lost:{run.id}:{reason}")
+        attempt = tx.store.get_attempt(run.attempt_id) if run.attempt_id else None
         error = {"error_code": ErrorCode.WORKER_LOST.value, "error_summary": reason}
         if attempt is not None and not attempt.is_terminal:
             change.move_attempt(attempt, AttemptStatus.LOST, payload={"reason": reason},

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -201,10 +200,10 @@ class StopDecisions:
                 continue
             try:
                 verdict = self.verdict(end)
-            except (LegacyDatabaseError, sqlite3.Error) as exc:
+            except LegacyDatabaseError as exc:  # its reason is the state 2.x's database is in
                 if now - end.facts.received_at_ms < GIVE_UP_S * 1000 and end.id is not None:
                     self._pending.postpone(end.id, now + RETRY_S * 1000)
-                    outcomes[f"deferred:{_state(self._reader, exc)}"] += 1
+                    outcomes[f"deferred:{exc.reason}"] += 1
                     continue
                 verdict = EndVerdict(None, "legacy_unreadable")
             self._recorder.close_pending_end(end, verdict)
@@ -269,7 +268,3 @@ def decider_interval_s(window_s: float) -> float:
 
 def _started_ms(instance: LegacyInstance) -> int | None:
     return epoch_seconds_to_ms(instance.started_at, field="started_at") if instance.started_at else None
-
-
-def _state(reader: LegacyReader, exc: LegacyDatabaseError | sqlite3.Error) -> str:
-    return exc.reason if isinstance(exc, LegacyDatabaseError) else str(reader.state_of(exc))

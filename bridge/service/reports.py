@@ -1,6 +1,9 @@
 """The cutover report's ports on the bridge store (implemented by bridge.storage.report_queries.ReportQueries): the
 bounded reads a report is built from, and the archive of the reports built.
 
+Rows cross it as frozen records (ReportedRun, MismatchExample, UnattributedCallback); counts are keyed by the
+stored text, so an origin or kind a newer bridge wrote is counted under its own name.
+
 Errors: each call is its own short transaction; a failure of the store raises StoreBusyError,
 StoreUnavailableError or StorageError (the driver's error translated, nothing half-written).
 """
@@ -11,16 +14,55 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bridge.domain.model import RunMode, RunStatus
 from bridge.service.seam import OriginCoverage
 
 MAX_KEYS = 1000  # keys one ``runs_by_keys`` lookup takes (one IN list): callers send batches of at most this many
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedRun:
+    """A Run a 2.x instance's key found, as the report tallies it; ``exit_code`` is its latest Attempt's."""
+
+    key: str
+    id: str
+    status: RunStatus
+    origin: str | None = None  # as stored: the report names an origin a newer bridge wrote, never refuses it
+    mode: RunMode | None = None
+    exit_code: int | float | None = None  # 2.x keeps any JS number; a fraction stays one
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MismatchExample:
+    """One open mismatch shown in the report (projections.report.example turns it into the document's shape)."""
+
+    kind: str
+    origin: str | None
+    legacy_cron_id: int | None
+    run_id: str | None
+    first_seen_ms: int
+    last_seen_ms: int
+    occurrences: int
+    diff: str  # JSON, as stored
+
+
+@dataclass(frozen=True, slots=True)
+class UnattributedCallback:
+    """A callback mismatch without an origin: the report attributes it to the instance its diff names."""
+
+    id: int
+    kind: str
+    legacy_cron_id: int | None
+    diff: str  # JSON, as stored
 
 
 class ReportReads(Protocol):
     """Read-only figures behind ``bridge report``: grouped counts, key batches and keyset pages, never a whole
     table."""
 
-    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, ReportedRun]:
         """Shadow Runs for a batch of idempotency keys, by key (with their latest Attempt's exit code).
         Raises ValueError for a batch larger than one lookup takes (MAX_KEYS)."""
         ...
@@ -37,7 +79,7 @@ class ReportReads(Protocol):
         """Mismatches closed in the window per (origin, kind, expired reason): None for resolved ones."""
         ...
 
-    def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[dict[str, Any]]:
+    def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[MismatchExample]:
         """Up to ``limit`` open mismatches of one (origin, kind), newest first."""
         ...
 
@@ -49,7 +91,8 @@ class ReportReads(Protocol):
         """Unmatched / ambiguous callbacks first seen in the window, per (origin, kind)."""
         ...
 
-    def unattributed_callbacks(self, since_ms: int, until_ms: int, after_id: int, limit: int) -> list[dict[str, Any]]:
+    def unattributed_callbacks(self, since_ms: int, until_ms: int, after_id: int,
+                               limit: int) -> list[UnattributedCallback]:
         """One keyset page (by id) of the window's callback mismatches that carry no origin."""
         ...
 

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from bridge.domain.errors import RunVersionConflictError, StorageError, StoreBusyError, StoreUnavailableError
 from bridge.service.ports import DedupeKeyTakenError, IdempotencyKeyTakenError
 from bridge.storage.engine import READ_ONLY
+from legacy_adapters.errors import LegacyDatabaseError
 
 _BUSY_MARKERS = ("database is locked", "database table is locked", "database is busy")
 _SQLSTATE_UNAVAILABLE = ("08", "25006")  # connection exceptions; a read-only server (a standby, a failover)
@@ -147,3 +148,13 @@ def translated_read(engine: Engine) -> Iterator[Connection]:
             yield conn.execution_options(**{READ_ONLY: True})
     except DBAPIError as exc:
         raise translate_operational_error(exc) from exc
+
+
+def reconcile_failure_code(exc: BaseException) -> str | None:
+    """The code a failed reconcile pass records for a driver error (the store's, translated as every store call
+    is, or 2.x's file read outside LegacyReader); None when ``exc`` is no driver error."""
+    if isinstance(exc, DBAPIError):  # SQLAlchemy's own ``code`` is a documentation link id, not a cause
+        return translate_operational_error(exc).code
+    if isinstance(exc, sqlite3.Error):  # the store's driver errors arrive wrapped: a bare one is 2.x's file
+        return LegacyDatabaseError.code
+    return None

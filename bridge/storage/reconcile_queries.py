@@ -15,7 +15,16 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from bridge.domain.mismatches import CALLBACK_MISMATCH_KINDS, stored
 from bridge.domain.mismatches import RECONCILER_KINDS as _RECONCILER
 from bridge.domain.model import IMPORTED_MODE, PROJECT_ID, RUN_TERMINAL
+from bridge.service.reconcile import ActiveRun, ComparedRun, DuplicateGroup, OpenMismatch, UnfinishedRun, UnseenRun
 from bridge.storage.engine import READ_ONLY
+from bridge.storage.rows import (
+    active_run_from_row,
+    compared_run_from_row,
+    duplicate_group_from_row,
+    open_mismatch_from_row,
+    unfinished_run_from_row,
+    unseen_run_from_row,
+)
 from bridge.storage.schema import (
     job_leases_table,
     mismatches_table,
@@ -47,7 +56,7 @@ class SqlReconcileStore:
         with self.engine.connect().execution_options(**{READ_ONLY: True}) as conn, conn.begin():
             yield conn
 
-    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, ComparedRun]:
         """Runs (with their latest attempt's fields) for a batch of idempotency keys."""
         if not keys:
             return {}
@@ -59,7 +68,7 @@ class SqlReconcileStore:
                 .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
                 .where(r.c.project_id == PROJECT_ID, r.c.idempotency_key.in_(list(keys))))
         with self.read() as conn:
-            return {row.idempotency_key: dict(row._mapping) for row in conn.execute(stmt)}
+            return {row.idempotency_key: compared_run_from_row(row._mapping) for row in conn.execute(stmt)}
 
     def mark_seen(self, pass_id: int, run_ids: Sequence[str]) -> set[str]:
         """Note Runs a 2.x instance matched in this pass; returns those an earlier call of the pass had noted.
@@ -80,7 +89,7 @@ class SqlReconcileStore:
         return earlier
 
     def unseen_runs(self, pass_id: int, since_ms: int, until_ms: int, after: tuple[int, str],
-                    limit: int) -> list[dict[str, Any]]:
+                    limit: int) -> list[UnseenRun]:
         """Legacy-owned shadow Runs created in the window that no 2.x instance matched, keyset by (created, id)."""
         r, s = runs_table, reconcile_seen_table
         seen = select(s.c.run_id).where(s.c.pass_id == pass_id, s.c.run_id == r.c.id).exists()
@@ -90,9 +99,9 @@ class SqlReconcileStore:
                        or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
                 .order_by(r.c.created_at_ms, r.c.id).limit(limit))
         with self.read() as conn:
-            return [dict(row._mapping) for row in conn.execute(stmt)]
+            return [unseen_run_from_row(row._mapping) for row in conn.execute(stmt)]
 
-    def duplicate_groups(self, since_ms: int, limit: int) -> list[dict[str, Any]]:
+    def duplicate_groups(self, since_ms: int, limit: int) -> list[DuplicateGroup]:
         """(cron, pid, log digest) that more than one shadow Run claims within the window."""
         r = runs_table
         stmt = (select(r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref, func.count().label("n"),
@@ -102,9 +111,9 @@ class SqlReconcileStore:
                        r.c.legacy_pid.isnot(None))
                 .group_by(r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref).having(func.count() > 1).limit(limit))
         with self.read() as conn:
-            return [dict(row._mapping) for row in conn.execute(stmt)]
+            return [duplicate_group_from_row(row._mapping) for row in conn.execute(stmt)]
 
-    def active_by_cron(self, cron_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    def active_by_cron(self, cron_ids: Sequence[int]) -> dict[int, list[ActiveRun]]:
         """Active shadow Runs of these crons with their latest attempt pid, newest first."""
         r, a = runs_table, run_attempts_table
         stmt = (select(r.c.id, r.c.legacy_cron_id, r.c.status, r.c.created_at_ms, r.c.origin, a.c.pid)
@@ -112,10 +121,10 @@ class SqlReconcileStore:
                 .where(r.c.legacy_cron_id.in_(list(cron_ids)), r.c.status.notin_(_TERMINAL),
                        r.c.owner.in_(_COMPARED_OWNERS), r.c.mode != IMPORTED_MODE)
                 .order_by(r.c.created_at_ms.desc()))
-        out: dict[int, list[dict[str, Any]]] = {}
+        out: dict[int, list[ActiveRun]] = {}
         with self.read() as conn:
             for row in conn.execute(stmt):
-                out.setdefault(row.legacy_cron_id, []).append(dict(row._mapping))
+                out.setdefault(row.legacy_cron_id, []).append(active_run_from_row(row._mapping))
         return out
 
     def crons_with_runs(self, since_ms: int, after_cron: int, limit: int) -> list[int]:
@@ -136,10 +145,10 @@ class SqlReconcileStore:
             assert key is not None  # an INSERT of one row always has its key
             return int(key[0])
 
-    def close_pass(self, pass_id: int, at_ms: int, result: str, reason: str | None, stats: dict[str, Any]) -> None:
+    def close_pass(self, pass_id: int, at_ms: int, result: str, reason: str | None, stats: Mapping[str, int]) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(reconcile_passes_table).where(reconcile_passes_table.c.id == pass_id).values(
-                finished_at_ms=at_ms, result=result, reason=reason, stats=json.dumps(stats, sort_keys=True)))
+                finished_at_ms=at_ms, result=result, reason=reason, stats=json.dumps(dict(stats), sort_keys=True)))
             conn.execute(delete(reconcile_seen_table).where(reconcile_seen_table.c.pass_id == pass_id))
 
     def prune_passes(self, before_ms: int, limit: int) -> int:
@@ -161,13 +170,13 @@ class SqlReconcileStore:
             row = conn.execute(select(t).order_by(t.c.id.desc()).limit(1)).first()
         return dict(row._mapping) if row else None
 
-    def open_reconciler_mismatches(self) -> list[tuple[int, str, int | None, str]]:
-        """(id, kind, cron id, dedupe key) of every open reconciler mismatch: what a pass may close."""
+    def open_reconciler_mismatches(self) -> list[OpenMismatch]:
+        """Every open reconciler mismatch, by id: what a pass may close."""
         t = mismatches_table
         stmt = (select(t.c.id, t.c.kind, t.c.legacy_cron_id, t.c.dedupe_key)
                 .where(t.c.resolved_at_ms.is_(None), t.c.kind.in_(RECONCILER_KINDS)).order_by(t.c.id))
         with self.read() as conn:
-            return [(row.id, row.kind, row.legacy_cron_id, row.dedupe_key) for row in conn.execute(stmt)]
+            return [open_mismatch_from_row(row._mapping) for row in conn.execute(stmt)]
 
     def resolve_unseen(self, mismatch_ids: Sequence[int], since_ms: int, at_ms: int, pass_id: int) -> int:
         """Close the mismatches a pass judged again without finding them again since ``since_ms`` (never
@@ -258,7 +267,7 @@ class SqlReconcileStore:
             conn.execute(insert(t).values(name="reconciler", holder=holder, expires_at_ms=now_ms + lease_ms))
             return True
 
-    def active_legacy_runs(self, after: tuple[int, str], limit: int) -> list[dict[str, Any]]:
+    def active_legacy_runs(self, after: tuple[int, str], limit: int) -> list[UnfinishedRun]:
         """Non-terminal legacy-owned shadow Runs with attempt 1, keyset by (created_at_ms, id)."""
         r, a = runs_table, run_attempts_table
         stmt = (select(r.c.id, r.c.legacy_cron_id, r.c.legacy_pid, r.c.log_ref, r.c.started_at_ms, r.c.created_at_ms,
@@ -269,4 +278,4 @@ class SqlReconcileStore:
                        or_(r.c.created_at_ms > after[0], and_(r.c.created_at_ms == after[0], r.c.id > after[1])))
                 .order_by(r.c.created_at_ms, r.c.id).limit(limit))
         with self.read() as conn:
-            return [dict(row._mapping) for row in conn.execute(stmt)]
+            return [unfinished_run_from_row(row._mapping) for row in conn.execute(stmt)]

@@ -16,8 +16,8 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.domain.events import EventType
 from bridge.domain.mismatches import CALLBACK_MISMATCH_KINDS, stored
-from bridge.domain.model import IMPORTED_MODE, PROJECT_ID
-from bridge.service.reports import MAX_KEYS
+from bridge.domain.model import IMPORTED_MODE, PROJECT_ID, RunMode, RunStatus, member
+from bridge.service.reports import MAX_KEYS, MismatchExample, ReportedRun, UnattributedCallback
 from bridge.storage.engine import READ_ONLY
 from bridge.storage.errors import translate_operational_error
 from bridge.storage.schema import (
@@ -48,7 +48,7 @@ class ReportQueries:
         except DBAPIError as exc:
             raise translate_operational_error(exc) from exc
 
-    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def runs_by_keys(self, keys: Sequence[str]) -> dict[str, ReportedRun]:
         """Shadow Runs for a batch of idempotency keys: key, id, origin, mode, status, started/finished_at_ms and
         the exit_code of the latest attempt, in one query. Raises ValueError above MAX_KEYS keys."""
         if not keys:
@@ -62,7 +62,10 @@ class ReportQueries:
                        latest_exit.label("exit_code"), r.c.started_at_ms, r.c.finished_at_ms)
                 .where(r.c.project_id == PROJECT_ID, r.c.idempotency_key.in_(list(dict.fromkeys(keys)))))
         with self._read() as conn:
-            return {row.key: dict(row._mapping) for row in conn.execute(stmt)}
+            return {row.key: ReportedRun(
+                key=row.key, id=row.id, status=RunStatus(row.status), origin=row.origin,
+                mode=member(RunMode, row.mode), exit_code=row.exit_code, started_at_ms=row.started_at_ms,
+                finished_at_ms=row.finished_at_ms) for row in conn.execute(stmt)}
 
     def runs_created_by_origin(self, since_ms: int, until_ms: int) -> dict[str | None, int]:
         """Runs created in the window per origin, legacy imports left out."""
@@ -89,7 +92,7 @@ class ReportQueries:
         with self._read() as conn:
             return {(origin, kind, reason): int(n) for origin, kind, reason, n in conn.execute(stmt)}
 
-    def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[dict[str, Any]]:
+    def open_mismatch_examples(self, origin: str | None, kind: str, limit: int) -> list[MismatchExample]:
         """Up to ``limit`` open mismatches of one (origin, kind), newest first."""
         t = mismatches_table
         where = t.c.origin.is_(None) if origin is None else t.c.origin == origin
@@ -98,7 +101,7 @@ class ReportQueries:
                 .where(t.c.resolved_at_ms.is_(None), t.c.kind == kind, where)
                 .order_by(t.c.first_seen_ms.desc(), t.c.id.desc()).limit(limit))
         with self._read() as conn:
-            return [dict(row._mapping) for row in conn.execute(stmt)]
+            return [MismatchExample(**row._mapping) for row in conn.execute(stmt)]
 
     def stale_mismatch_counts(self, kinds: Sequence[str], before_ms: int) -> dict[str | None, int]:
         """Open mismatches of ``kinds`` first seen before ``before_ms``, per origin."""
@@ -121,7 +124,8 @@ class ReportQueries:
         with self._read() as conn:
             return {(origin, kind): int(n) for origin, kind, n in conn.execute(stmt)}
 
-    def unattributed_callbacks(self, since_ms: int, until_ms: int, after_id: int, limit: int) -> list[dict[str, Any]]:
+    def unattributed_callbacks(self, since_ms: int, until_ms: int, after_id: int,
+                               limit: int) -> list[UnattributedCallback]:
         """One keyset page (by id) of the window's callback mismatches that carry no origin."""
         t = mismatches_table
         stmt = (select(t.c.id, t.c.kind, t.c.legacy_cron_id, t.c.diff)
@@ -129,7 +133,7 @@ class ReportQueries:
                        t.c.first_seen_ms <= until_ms, t.c.id > after_id)
                 .order_by(t.c.id).limit(limit))
         with self._read() as conn:
-            return [dict(row._mapping) for row in conn.execute(stmt)]
+            return [UnattributedCallback(**row._mapping) for row in conn.execute(stmt)]
 
     def mismatch_timeline(self, since_ms: int, until_ms: int,
                           origins: Sequence[str | None] | None = None) -> list[tuple[int, str, int]]:

@@ -1,7 +1,8 @@
-"""The row mappers of the Run store: a Run, a RunAttempt and a RunEvent to and from their table rows.
+"""The row mappers of the Run store: a Run, a RunAttempt and a RunEvent to and from their table rows, and the
+reconciler's read rows (bridge.service.reconcile) from theirs.
 
 One mapper a table and direction, shared by every write (SqlRunStore, the StepRun repository) and read
-(the queries) of those rows.
+(the queries) of those rows. Stored text becomes the domain's enums here, and nowhere above.
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ from dataclasses import fields
 from typing import Any
 
 from bridge.domain.events import ActorType, EventType, RunEvent
+from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import AttemptStatus, Origin, Owner, Run, RunAttempt, RunMode, RunStatus, member
+from bridge.service.reconcile import (
+    ActiveRun,
+    ComparedRun,
+    DuplicateGroup,
+    OpenMismatch,
+    UnfinishedRun,
+    UnseenRun,
+)
 
 RUN_FIELDS = tuple(f.name for f in fields(Run))
 ATTEMPT_FIELDS = tuple(f.name for f in fields(RunAttempt))
@@ -70,3 +80,46 @@ def event_values(event: RunEvent) -> dict[str, Any]:
         "payload": json.dumps(dict(event.payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False),
         "created_at_ms": event.created_at_ms,
     }
+
+
+# -- the reconciler's reads (bridge.storage.reconcile_queries) -------------------------------------------
+
+
+def compared_run_from_row(row: Mapping[Any, Any]) -> ComparedRun:
+    return ComparedRun(
+        id=row["id"], idempotency_key=row["idempotency_key"], status=RunStatus(row["status"]),
+        created_at_ms=row["created_at_ms"], origin=member(Origin, row["origin"]), mode=member(RunMode, row["mode"]),
+        legacy_cron_id=row["legacy_cron_id"], cancel_requested_at_ms=row["cancel_requested_at_ms"],
+        error_code=row["error_code"], attempt_id=row["attempt_id"],
+        attempt_status=member(AttemptStatus, row["attempt_status"]), exit_code=row["exit_code"],
+        started_at_ms=row["started_at_ms"], finished_at_ms=row["finished_at_ms"], pid=row["pid"],
+        executor_handle=row["executor_handle"])
+
+
+def unseen_run_from_row(row: Mapping[Any, Any]) -> UnseenRun:
+    return UnseenRun(id=row["id"], status=RunStatus(row["status"]), created_at_ms=row["created_at_ms"],
+                     origin=member(Origin, row["origin"]), legacy_cron_id=row["legacy_cron_id"],
+                     synthesized=bool(row["synthesized"]))
+
+
+def duplicate_group_from_row(row: Mapping[Any, Any]) -> DuplicateGroup:
+    return DuplicateGroup(legacy_cron_id=row["legacy_cron_id"], legacy_pid=row["legacy_pid"], log_ref=row["log_ref"],
+                          runs=int(row["n"]), first_run_id=row["first_id"], last_run_id=row["last_id"],
+                          origin=member(Origin, row["origin"]))
+
+
+def active_run_from_row(row: Mapping[Any, Any]) -> ActiveRun:
+    return ActiveRun(id=row["id"], status=RunStatus(row["status"]), created_at_ms=row["created_at_ms"],
+                     legacy_cron_id=row["legacy_cron_id"], origin=member(Origin, row["origin"]), pid=row["pid"])
+
+
+def unfinished_run_from_row(row: Mapping[Any, Any]) -> UnfinishedRun:
+    return UnfinishedRun(
+        id=row["id"], status=RunStatus(row["status"]), created_at_ms=row["created_at_ms"],
+        legacy_cron_id=row["legacy_cron_id"], legacy_pid=row["legacy_pid"], log_ref=row["log_ref"],
+        started_at_ms=row["started_at_ms"], origin=member(Origin, row["origin"]), attempt_id=row["attempt_id"],
+        attempt_status=member(AttemptStatus, row["attempt_status"]), executor_handle=row["executor_handle"])
+
+
+def open_mismatch_from_row(row: Mapping[Any, Any]) -> OpenMismatch:
+    return OpenMismatch(row["id"], MismatchKind(row["kind"]), row["legacy_cron_id"], row["dedupe_key"])

@@ -16,7 +16,7 @@ from rich.console import Console
 from sqlalchemy import delete, func, select
 
 from bridge.bootstrap import run_legacy_import
-from bridge.jobs.import_legacy.backup import ImportRefusedError, backup_copy
+from bridge.jobs.import_legacy.backup import ImportRefusedError
 from bridge.jobs.import_legacy.summary import ImportSummary, print_summary
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
@@ -28,6 +28,7 @@ from bridge.storage.runs import SqlRunStore
 from bridge.storage.schema import bridge_settings_table, run_events_table, runs_table, task_snapshots_table
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.identity import instance_import_key, task_revision
+from legacy_adapters.online_backup import backup_copy
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
@@ -161,7 +162,7 @@ def test_running_rows_become_active_shadow_runs_that_the_end_callback_closes(env
     assert (attempt["status"], attempt["pid"], attempt["log_artifact_id"]) == ("running", 777,
                                                                               log_path_digest(log_path))
     assert [e["type"] for e in env.events(run["id"])] == TERMINAL_PATH
-    assert SqlReconcileStore(env.engine).active_legacy_runs((-1, ""), 10)[0]["id"] == run["id"]  # recovery sees it
+    assert SqlReconcileStore(env.engine).active_legacy_runs((-1, ""), 10)[0].id == run["id"]  # recovery sees it
 
     recorder = ShadowRecorder(RunService(env.backend.uow, clock=SystemClock()))  # type: ignore[arg-type]
     end = CallbackFacts(cron_id=cron, pid=777, log_ref=log_path_digest(log_path), started_at_ms=(BEGIN_S + 1) * 1000,

@@ -8,7 +8,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ class Bridged:
 
     def run_row(self, cron_id: int, pid: int, log: str, begin: int = BEGIN) -> dict[str, Any] | None:
         found = self.store.runs_by_keys([f"legacy:{cron_id}:{pid}:{log_path_digest(log)}:{begin * 1000}"])
-        return next(iter(found.values()), None)
+        return next((asdict(row) for row in found.values()), None)
 
     def run(self, cron_id: int, pid: int, log: str) -> tuple[str, bool] | None:
         """The Run's status and whether it was synthesized, or None when there is no Run."""

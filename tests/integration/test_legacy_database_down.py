@@ -126,7 +126,7 @@ def test_only_a_database_that_is_positively_something_else_stops_the_build(tmp_p
 
 
 def test_startup_recovery_against_a_hot_journal_defers_instead_of_failing_or_marking_lost(world: World) -> None:
-    from bridge.jobs.recovery import recover_on_startup
+    from tests.support.wiring import recover_over
 
     cron = world.data.add_cron("rec", "task rec.sh", "0 * * * *")
     world.via_bridge(start(cron, 45, "r.log"))
@@ -134,14 +134,14 @@ def test_startup_recovery_against_a_hot_journal_defers_instead_of_failing_or_mar
     world.data.leave_hot_journal()
 
     reader = LegacyReader(world.data.database_path)
-    assert dict(recover_on_startup(world.store, world.runs, reader, SqlPendingEnds(world.store.engine),
-                                   metrics=world.metrics)) == {
+    assert dict(recover_over(world.store, world.runs, reader, SqlPendingEnds(world.store.engine),
+                             metrics=world.metrics)) == {
         "deferred:hot_journal": 1}
     assert world.run(cron, 45, "r.log") == ("running", False)  # untouched: nothing is known yet
     assert world.unavailable("hot_journal", use="recovery") == 1
 
     world.data.roll_back_hot_journal()
-    outcomes = recover_on_startup(world.store, world.runs, reader, SqlPendingEnds(world.store.engine))
+    outcomes = recover_over(world.store, world.runs, reader, SqlPendingEnds(world.store.engine))
     assert dict(outcomes) == {"completed": 1}
     assert world.run(cron, 45, "r.log") == ("succeeded", False)
 
@@ -173,7 +173,7 @@ def test_a_cold_bridge_serve_starts_and_forwards_in_front_of_a_hot_journal(tmp_p
         store = SqlReconcileStore(engine)
         keys = [f"legacy:{cron}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}" for pid, log in ((51, "s.log"),
                                                                                             (52, "s2.log"))]
-        found = {row["pid"]: row["status"] for row in store.runs_by_keys(keys).values()}
+        found = {row.pid: row.status for row in store.runs_by_keys(keys).values()}
         assert found == {51: "succeeded", 52: "running"}
     finally:
         engine.dispose()

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
@@ -44,7 +44,7 @@ class Site:
 
     def run(self, cron: int, pid: int, log: str) -> dict[str, object] | None:
         key = f"legacy:{cron}:{pid}:{log_path_digest(log)}:{BEGIN * 1000}"
-        return next(iter(self.store.runs_by_keys([key]).values()), None)
+        return next((asdict(row) for row in self.store.runs_by_keys([key]).values()), None)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from bridge.bootstrap import Store
 from bridge.callbacks.interception import ShadowInterceptor
 from bridge.callbacks.routes import StopRoute
 from bridge.config import Settings
-from bridge.jobs.recovery import recover_on_startup
 from bridge.jobs.stop_decisions import StopDecisions
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
@@ -60,8 +59,8 @@ class World:
 
     def run(self, cron: int, pid: int, log: str, begin: int) -> dict[str, Any]:
         (row,) = self.store.runs_by_keys([f"legacy:{cron}:{pid}:{log_path_digest(log)}:{begin * 1000}"]).values()
-        run = self.runs.get_run(row["id"])
-        return {**row, "error_code": run.error_code, "cancel_reason": run.cancel_reason,
+        run = self.runs.get_run(row.id)
+        return {**asdict(row), "error_code": run.error_code, "cancel_reason": run.cancel_reason,
                 "events": len(self.runs.list_events(run.id, 0, 500).events)}
 
     def kept(self) -> int:
@@ -120,14 +119,14 @@ def test_an_end_kept_when_the_bridge_stopped_is_decided_by_startup_recovery_with
     assert world.kept() == 1 and world.run(cron, 41, "a.log", begin)["status"] == "running"
 
     # A new process: nothing in memory.
-    outcomes = recover_on_startup(world.store, world.runs, world.reader, world.pending)
+    outcomes = wiring.recover_over(world.store, world.runs, world.reader, world.pending)
 
     assert outcomes == {"stop_decision:replaced_by_next_run": 1}
     run = world.run(cron, 41, "a.log", begin)
     assert (run["status"], run["error_code"], run["cancel_reason"], run["exit_code"]) == (
         "cancelled", "replaced_by_next_run", "replaced_by_next_run", 143)
     assert world.kept() == 0
-    assert recover_on_startup(world.store, world.runs, world.reader, world.pending) == {}
+    assert wiring.recover_over(world.store, world.runs, world.reader, world.pending) == {}
 
 
 def test_deciding_a_pending_end_twice_changes_nothing(slow_world: World) -> None:
@@ -181,7 +180,7 @@ def test_the_reconciler_leaves_a_run_whose_end_is_kept_to_the_decider(slow_world
 
     assert world.reconcile()["cancelled"] == 0
     assert world.run(cron, 41, "a.log", begin)["status"] == "running"
-    assert recover_on_startup(world.store, world.runs, world.reader, world.pending)["awaiting_stop_decision"] == 1
+    assert wiring.recover_over(world.store, world.runs, world.reader, world.pending)["awaiting_stop_decision"] == 1
     assert world.run(cron, 41, "a.log", begin)["status"] == "running"
 
 
@@ -201,7 +200,7 @@ def test_the_reconciler_names_a_replacement_and_a_boot_reset_by_their_source(wor
              ((single, 71, "r.log", begin), (single, 72, "r2.log", later), (booted, 73, "b.log", begin))}
     assert codes == {71: "replaced_by_next_run", 72: "legacy_boot_reset", 73: "legacy_boot_reset"}
     assert world.reconcile()["findings"] == 0  # the stop's finish time is 2.x's: no finish_time finding
-    assert recover_on_startup(world.store, world.runs, world.reader, world.pending) == {}
+    assert wiring.recover_over(world.store, world.runs, world.reader, world.pending) == {}
 
 
 def test_a_relayed_stop_takes_only_the_ends_that_reached_the_bridge_after_it(slow_world: World) -> None:

@@ -39,7 +39,7 @@ def test_a_writer_killed_mid_transaction_leaves_a_hot_journal_the_reader_names_u
 
     assert reason(reader) == "hot_journal"
     assert reader.state() == "hot_journal"
-    with pytest.raises(sqlite3.Error) as caught:
+    with pytest.raises(LegacyDatabaseError) as caught:
         reader.get_cron(ids[0])
     assert reader.state_of(caught.value) == "hot_journal"
 
@@ -65,7 +65,7 @@ def test_a_database_2x_keeps_locked_is_locked_not_foreign(legacy_dir: LegacyData
     reader = LegacyReader(legacy_dir.database_path)
     with locked(legacy_dir.database_path):
         assert reason(reader) == "locked"
-        with pytest.raises(sqlite3.Error) as caught:
+        with pytest.raises(LegacyDatabaseError) as caught:
             reader.get_cron(1)
         assert reader.state_of(caught.value) == "locked"
     assert reader.state() == "ok"

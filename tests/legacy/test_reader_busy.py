@@ -83,7 +83,7 @@ def test_a_lock_2x_never_lets_go_still_ends_the_read_within_its_budget(legacy_di
     reader = LegacyReader(legacy_dir.database_path, keep_connections=1)
     with closing(sqlite3.connect(legacy_dir.database_path, isolation_level=None)) as holder:
         holder.execute("BEGIN EXCLUSIVE")
-        with pytest.raises(sqlite3.OperationalError) as caught:
+        with pytest.raises(LegacyDatabaseError) as caught:
             reader.get_cron(cron_id)
         holder.execute("ROLLBACK")
 

@@ -26,11 +26,13 @@ from bridge.bootstrap import (
 from bridge.callbacks.interception import ShadowInterceptor
 from bridge.config import Settings
 from bridge.jobs.reconcile import Reconciler
+from bridge.jobs.recovery import RecoveryMetrics, recover_on_startup
 from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
+from bridge.service.pending_ends import PendingEndStore
 from bridge.service.ports import ModeSource, ServiceMetrics
-from bridge.service.reconcile import ReconcileStore
+from bridge.service.reconcile import ReconcileStore, UnfinishedRuns
 from bridge.service.run_service import RunService
 from bridge.service.shadow import ShadowRecorder
 from bridge.storage.unit_of_work import SqlUnitOfWork
@@ -93,3 +95,12 @@ def recover(settings: Settings, store: Store, *, reader: LegacyReader | None = N
             probe: ProcProbe | None = None) -> Counter[str]:
     """Startup recovery as `ql-bridge serve` runs it (bootstrap.recover_unfinished_runs)."""
     return recover_unfinished_runs(settings, store, reader=reader, probe=probe)
+
+
+def recover_over(store: UnfinishedRuns, runs: RunService, reader: LegacyReader, pending: PendingEndStore, *,
+                 metrics: RecoveryMetrics | None = None) -> Counter[str]:
+    """bridge.jobs.recovery.recover_on_startup over a test's own stores, its stop decisions and recorder wired
+    as bootstrap wires them for startup recovery."""
+    recorder = ShadowRecorder(runs)
+    decisions = StopDecisions(recorder, reader, pending, SystemClock())
+    return recover_on_startup(store, runs, reader, pending, decisions=decisions, recorder=recorder, metrics=metrics)

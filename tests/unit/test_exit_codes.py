@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.domain.model import Origin, RunStatus
+from bridge.service.reconcile import ComparedRun
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.records import LegacyInstance
 from legacy_adapters.schema import InstanceStatus
@@ -25,11 +29,12 @@ def test_the_number_is_never_changed(value: float) -> None:
     assert exit_code_as_given(value) == value
 
 
-def _ended(exit_code: float) -> tuple[LegacyInstance, dict[str, object]]:
+def _ended(exit_code: float) -> tuple[LegacyInstance, ComparedRun]:
     instance = LegacyInstance(id=1, cron_id=7, pid=10, log_path="a/b.log", started_at=1_796_216_401,
                               finished_at=1_796_216_403, status=int(InstanceStatus.ERROR), exit_code=exit_code)
-    run = {"id": "r", "status": "failed", "exit_code": exit_code, "origin": "script",
-           "started_at_ms": 1_796_216_401_000, "finished_at_ms": 1_796_216_403_000}
+    run = ComparedRun(id="r", idempotency_key="k", status=RunStatus.FAILED, created_at_ms=1_796_216_401_000,
+                      exit_code=exit_code, origin=Origin.SCRIPT, started_at_ms=1_796_216_401_000,
+                      finished_at_ms=1_796_216_403_000)
     return instance, run
 
 
@@ -41,5 +46,5 @@ def test_the_reconciler_finds_no_exit_code_mismatch_where_both_kept_the_same_num
 
 def test_the_reconciler_tells_a_fraction_from_its_integer_part() -> None:
     instance, run = _ended(0.5)
-    run["exit_code"] = 0
+    run = dataclasses.replace(run, exit_code=0)
     assert [f.kind for f in compare_ended(instance, run, tolerance_s=2)] == ["exit_code"]

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from bridge.domain.mismatches import MismatchKind
+from bridge.domain.model import Origin, RunStatus
+from bridge.service.reconcile import ActiveRun, ComparedRun
 from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.schema import InstanceStatus
 from projections.reconcile import (
@@ -35,9 +37,15 @@ def instance(status: int | None = InstanceStatus.FINISHED, exit_code: int | floa
     return dataclasses.replace(row, **changes)
 
 
-def run(status: str = "succeeded", exit_code: int | float | None = 0, **fields: Any) -> dict[str, Any]:
-    return {"id": "r1", "origin": "scheduled_node", "status": status, "exit_code": exit_code,
-            "started_at_ms": BEGIN_S * 1000, "finished_at_ms": (BEGIN_S + 10) * 1000, **fields}
+def run(status: str = "succeeded", exit_code: int | float | None = 0, **fields: Any) -> ComparedRun:
+    values: dict[str, Any] = {"id": "r1", "origin": "scheduled_node", "status": status, "exit_code": exit_code,
+                              "started_at_ms": BEGIN_S * 1000, "finished_at_ms": (BEGIN_S + 10) * 1000, **fields}
+    return ComparedRun(idempotency_key="k1", created_at_ms=BEGIN_S * 1000, **{
+        **values, "status": RunStatus(values["status"]), "origin": Origin(values["origin"])})
+
+
+def active(id: str, status: str, pid: int | None, origin: str) -> ActiveRun:
+    return ActiveRun(id, RunStatus(status), BEGIN_S * 1000, 3, Origin(origin), pid)
 
 
 def kinds(findings: list[Any]) -> list[MismatchKind]:
@@ -101,8 +109,8 @@ def test_a_running_row_is_stuck_only_when_its_process_is_provably_gone() -> None
 
 
 def test_a_cron_state_is_running_over_queued_over_idle() -> None:
-    running = {"id": "a", "status": "running", "pid": 10, "origin": "manual"}
-    queued = {"id": "b", "status": "queued", "pid": None, "origin": "manual"}
+    running = active("a", "running", 10, "manual")
+    queued = active("b", "queued", None, "manual")
     assert compare_cron(3, 0, 10, [queued, running]) == []
     assert compare_cron(3, 3, None, [queued]) == []
     assert compare_cron(3, 1, None, []) == []
@@ -112,7 +120,7 @@ def test_a_cron_state_is_running_over_queued_over_idle() -> None:
 
 
 def test_a_running_cron_whose_pid_differs_names_the_running_run() -> None:
-    running = {"id": "a", "status": "running", "pid": 10, "origin": "manual"}
+    running = active("a", "running", 10, "manual")
     found = compare_cron(3, 0, 11, [running])
     assert kinds(found) == [MismatchKind.PID]
     assert found[0].diff["values_changed"]["root['pid']"] == {"old_value": 11, "new_value": 10}

@@ -3,10 +3,10 @@ accepted through the bridge, sits beside a shadow `cancelled` as agreement; a si
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from bridge.domain.model import Origin, RunStatus
+from bridge.service.reconcile import ComparedRun
 from legacy_adapters.records import LegacyInstance
 from projections.reconcile import compare_ended
 
@@ -18,9 +18,10 @@ def instance(status: int, exit_code: int | None, finished_s: int | None = FINISH
                           status=status, exit_code=exit_code)
 
 
-def run(status: str, error_code: str | None, exit_code: int | None = 143) -> dict[str, Any]:
-    return {"id": "r1", "origin": "manual", "status": status, "error_code": error_code, "exit_code": exit_code,
-            "started_at_ms": STARTED_S * 1000, "finished_at_ms": FINISHED_S * 1000}
+def run(status: str, error_code: str | None, exit_code: int | None = 143) -> ComparedRun:
+    return ComparedRun(id="r1", idempotency_key="k1", status=RunStatus(status), created_at_ms=STARTED_S * 1000,
+                       origin=Origin.MANUAL, error_code=error_code, exit_code=exit_code,
+                       started_at_ms=STARTED_S * 1000, finished_at_ms=FINISHED_S * 1000)
 
 
 @pytest.mark.parametrize(("legacy", "shadow"), [
@@ -33,7 +34,7 @@ def run(status: str, error_code: str | None, exit_code: int | None = 143) -> dic
     (instance(3, 143), run("failed", "process_exit_error")),  # a kill with no stop: both say so
 ], ids=["stopped", "error-143-after-relayed-stop", "error-143-end-late", "stop-instance", "replacement",
         "boot-reset", "plain-kill"])
-def test_what_agrees(legacy: LegacyInstance, shadow: dict[str, Any]) -> None:
+def test_what_agrees(legacy: LegacyInstance, shadow: ComparedRun) -> None:
     assert compare_ended(legacy, shadow, 2) == []
 
 
@@ -42,5 +43,5 @@ def test_what_agrees(legacy: LegacyInstance, shadow: dict[str, Any]) -> None:
     (instance(3, 1), run("cancelled", "cancelled_by_user"), ["exit_code", "terminal_status"]),  # not a signal
     (instance(2, None), run("failed", "process_exit_error"), ["terminal_status"]),
 ])
-def test_what_does_not(legacy: LegacyInstance, shadow: dict[str, Any], kinds: list[str]) -> None:
+def test_what_does_not(legacy: LegacyInstance, shadow: ComparedRun, kinds: list[str]) -> None:
     assert sorted(f.kind for f in compare_ended(legacy, shadow, 2)) == kinds

@@ -14,7 +14,6 @@ from zoneinfo import ZoneInfo
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine
 
 from bridge.config import Settings, local_zone_name
 from bridge.domain.aggregate import ChangeSet
@@ -22,9 +21,8 @@ from bridge.domain.errors import SchemaMismatchError, StorageError
 from bridge.domain.model import PROJECT_ID
 from bridge.jobs.import_legacy.backup import (
     ImportRefusedError,
-    backup_copy,
     checked_reader,
-    instance_span,
+    private_copy,
     remove_copy,
     temp_copy_path,
 )
@@ -45,13 +43,12 @@ from bridge.jobs.import_legacy.summary import ImportSummary
 from bridge.service.clock import SystemClock
 from bridge.service.imports import ImportStore, ImportUnitOfWork
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError
-from bridge.storage.engine import store_capabilities
-from bridge.storage.migrate import current_revision, head_revision
 from legacy_adapters.identity import task_revision, task_snapshot
+from legacy_adapters.online_backup import instance_span
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyInstance
-from legacy_adapters.scheduler_mode import detect_scheduler_mode
+from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 from legacy_adapters.schema import InstanceStatus
 
 T = TypeVar("T")
@@ -71,7 +68,14 @@ BatchHook = Callable[[int], None]
 class OpenedStore(Protocol):
     """What the import needs of the bridge store the composition root opens for it."""
 
-    engine: Engine
+    @property
+    def single_writer(self) -> bool:
+        """True when the store takes one writer at a time (SQLite): the import's batches are then paced."""
+        ...
+
+    def schema_revisions(self) -> tuple[str | None, str]:
+        """(the store's Alembic revision, None when empty; this code's head revision)."""
+        ...
 
     def import_writes(self, *, busy_budget_ms: int, busy_attempts: int) -> ImportUnitOfWork:
         """The import's transactions on this store, each retried whole while the store stays busy, up to
@@ -107,12 +111,11 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *, bat
     copy = temp_copy_path(settings.data_dir)
     store = None
     try:
-        backup_copy(source, copy)
+        private_copy(source, copy)
         reader = checked_reader(source, copy)
         store = open_store()
-        _require_current_schema(store.engine)
-        one_writer = store_capabilities(store.engine).single_writer
-        pacing = Pacing(batch_size, write_budget_ms / 1000) if one_writer else None
+        _require_current_schema(store)
+        pacing = Pacing(batch_size, write_budget_ms / 1000) if store.single_writer else None
         uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
                                   busy_attempts=IMPORT_BUSY_ATTEMPTS)
         summary = _Importer(settings, uow, reader, batch_size, clock or SystemClock(), pacing).run(
@@ -125,8 +128,8 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *, bat
     return summary
 
 
-def _require_current_schema(engine: Engine) -> None:
-    revision, head = current_revision(engine), head_revision()
+def _require_current_schema(store: OpenedStore) -> None:
+    revision, head = store.schema_revisions()
     if revision != head:
         raise SchemaMismatchError(f"the bridge store is at revision {revision or 'empty'}, not {head}: "
                                   "run `ql-bridge db upgrade` first", revision=revision)
@@ -143,8 +146,7 @@ class _Importer:
         self.uow = uow
         self.cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
         self.snapshots_stored: OrderedDict[str, None] = OrderedDict()
-        self.scheduler_mode = (detect_scheduler_mode() if settings.legacy_scheduler == "auto"
-                               else settings.legacy_scheduler)
+        self.scheduler_mode = resolve_scheduler_mode(settings.legacy_scheduler)
         self.tz = ZoneInfo(settings.legacy_tz or local_zone_name())
 
     def run(self, console: Console, resume: bool, after_batch: BatchHook | None) -> ImportSummary:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from bridge.config import Settings, local_zone_name
@@ -83,12 +84,12 @@ def _load_unattributed(queries: ReportReads, window: Window,
         limit = min(1000, ATTRIBUTION_CAP - loaded)
         page = queries.unattributed_callbacks(window.start_ms, window.end_ms, after, limit)
         for row in page:
-            diff = _json_dict(row["diff"])
-            pending.setdefault((row["legacy_cron_id"], diff.get("pid"), diff.get("log_ref")), []).append(row["kind"])
+            diff = _json_dict(row.diff)
+            pending.setdefault((row.legacy_cron_id, diff.get("pid"), diff.get("log_ref")), []).append(row.kind)
         loaded += len(page)
         if len(page) < limit:
             return pending
-        after = int(page[-1]["id"])
+        after = page[-1].id
     notes.append(f"Only the first {ATTRIBUTION_CAP} callback mismatches without an origin were attributed.")
     return pending
 
@@ -112,7 +113,7 @@ def _store_figures(queries: ReportReads, tally: Tally, window: Window, threshold
         f.open_mismatches_by_kind[kind] = f.open_mismatches_by_kind.get(kind, 0) + n
         room = MAX_EXAMPLES - len(f.examples)
         if room > 0:
-            f.examples += [example(r, window.zone) for r in queries.open_mismatch_examples(
+            f.examples += [example(asdict(r), window.zone) for r in queries.open_mismatch_examples(
                 origin, kind, min(EXAMPLES_PER_KIND, room))]
     for (origin, kind, expired), n in sorted(queries.closed_mismatch_counts(window.start_ms, window.end_ms).items(),
                                              key=lambda i: (i[0][0] or "", i[0][1], i[0][2] or "")):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 import tempfile
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -115,12 +114,9 @@ def run_report(settings: Settings, open_sources: Callable[[], AbstractContextMan
     reader = LegacyReader(settings.legacy_database_path)
     reader.check_is_legacy_database()
     console = console or Console(stderr=True)
-    with open_sources() as sources:
-        try:
-            report = _build_with_progress(settings, sources, reader, since_ms, now, origin, thresholds, console)
-            sources.archive.save_report(to_json(report), (since_ms, now), created_at_ms=now)
-        except sqlite3.Error as exc:  # 2.x's database went away or stayed locked mid-scan
-            raise LegacyDatabaseError(str(reader.path), "unreadable", type(exc).__name__) from exc
+    with open_sources() as sources:  # 2.x's database gone or locked mid-scan: the reader's LegacyDatabaseError
+        report = _build_with_progress(settings, sources, reader, since_ms, now, origin, thresholds, console)
+        sources.archive.save_report(to_json(report), (since_ms, now), created_at_ms=now)
     return write_report(report, out_dir)
 
 

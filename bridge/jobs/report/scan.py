@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -10,15 +10,15 @@ from zoneinfo import ZoneInfo
 from bridge.config import Settings
 from bridge.domain.events import EventType
 from bridge.domain.keys import execution_key, import_key
-from bridge.domain.model import IMPORTED_MODE
-from bridge.service.reports import MAX_KEYS, ReportReads
+from bridge.domain.model import RunMode, RunStatus
+from bridge.service.reports import MAX_KEYS, ReportedRun, ReportReads
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.identity import instance_import_key
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyInstance
-from legacy_adapters.scheduler_mode import detect_scheduler_mode
+from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.gates import OriginFigures, Window
@@ -29,7 +29,7 @@ CRON_TRACK_CAP = 100_000
 SKEW_S = 86_400  # 2.x inserts an instance when it starts: ids follow started_at, give or take a clock step
 UNKNOWN = "unknown"
 # docs/legacy-2x.md#status-numbers: the shadow Run status each ended InstanceStatus should sit beside.
-EXPECTED_STATUS = {int(status): ended.run.value for status, ended in ENDED_INSTANCE.items()}
+EXPECTED_STATUS = {int(status): ended.run for status, ended in ENDED_INSTANCE.items()}
 ProgressCallback = Callable[[int, int], None]  # (rows scanned so far, rows to scan), in instance ids
 # Callback mismatches without an origin, by (cron id, pid, log digest), waiting for the instance they belong to.
 Pending = dict[tuple[int | None, Any, Any], list[str]]
@@ -48,7 +48,7 @@ class Tally:
             self.figures[name] = OriginFigures(name)
         return self.figures[name]
 
-    def count(self, instance: LegacyInstance, run: Mapping[str, Any] | None, origin: str) -> None:
+    def count(self, instance: LegacyInstance, run: ReportedRun | None, origin: str) -> None:
         f = self.fig(origin)
         f.executions_observed += 1
         if instance.cron_id is not None and (instance.cron_id in self.cron_origins
@@ -61,14 +61,14 @@ class Tally:
         if expected is None:
             return  # still running (or an unknown status): nothing terminal to compare yet
         f.terminal_pairs += 1
-        f.terminal_status_agree += int(run["status"] == expected)
+        f.terminal_status_agree += int(run.status == expected)
         if instance.exit_code is None:
             return
         f.exit_code_pairs += 1
         if instance.status == InstanceStatus.STOPPED:
-            f.exit_code_agree += int(run["status"] == "cancelled")  # stopInstance's 143 pairs with a cancel
+            f.exit_code_agree += int(run.status is RunStatus.CANCELLED)  # stopInstance's 143 pairs with a cancel
         else:
-            f.exit_code_agree += int(run["exit_code"] is not None and run["exit_code"] == instance.exit_code)
+            f.exit_code_agree += int(run.exit_code is not None and run.exit_code == instance.exit_code)
 
 
 
@@ -81,8 +81,7 @@ class Scan:
         self.reader, self.queries, self.tally, self.pending = reader, queries, tally, pending
         self.window, self.batch_size = window, batch_size
         self.tz = ZoneInfo(window.zone)
-        self.scheduler_mode = (detect_scheduler_mode() if settings.legacy_scheduler == "auto"
-                               else settings.legacy_scheduler)
+        self.scheduler_mode = resolve_scheduler_mode(settings.legacy_scheduler)
         self.get_cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
         self.excluded, self.notes = 0, list[str]()
 
@@ -117,18 +116,18 @@ class Scan:
         # History brought in by `bridge import-legacy` is keyed by the execution (or, by earlier imports, the row).
         imported = {i.id: (instance_import_key(i), import_key(i.id)) for i, _ in batch}
         wanted = [k for k in keys.values() if k is not None] + sorted({k for pair in imported.values() for k in pair})
-        runs: dict[str, dict[str, Any]] = {}
+        runs: dict[str, ReportedRun] = {}
         for start in range(0, len(wanted), MAX_KEYS):  # up to three keys a row: more than one lookup takes
             runs.update(self.queries.runs_by_keys(wanted[start:start + MAX_KEYS]))
         for instance, started_ms in batch:
             key = keys[instance.id]
             run = ((runs.get(key) if key is not None else None) or runs.get(imported[instance.id][0])
                    or runs.get(imported[instance.id][1]))
-            if run is not None and run.get("mode") == IMPORTED_MODE:
+            if run is not None and run.mode is RunMode.IMPORTED:
                 self.excluded += 1
-                self.tally.fig(run.get("origin")).legacy_import_excluded += 1
+                self.tally.fig(run.origin).legacy_import_excluded += 1
                 continue
-            origin = (run.get("origin") or UNKNOWN) if run is not None else self._inferred(instance, started_ms)
+            origin = (run.origin or UNKNOWN) if run is not None else self._inferred(instance, started_ms)
             self.tally.count(instance, run, origin)
             for kind in self.pending.pop((instance.cron_id, instance.pid, log_path_digest(instance.log_path)), []):
                 count_callback(self.tally.fig(origin), kind)
