@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from pathlib import Path
 
     from bridge.callbacks.interception import ShadowInterceptor
+    from bridge.callbacks.keeper import FactKeeper
     from bridge.jobs.housekeeping import Prune
     from bridge.jobs.import_legacy.summary import ImportSummary
     from bridge.jobs.project import ProjectorThread
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from bridge.service.reports import ReportSources
     from bridge.service.seam import OriginCoverage
     from bridge.service.shadow import ShadowRecorder
+    from bridge.storage.journal import SqliteFactJournal
     from bridge.storage.outbox import SqlOutbox
     from legacy_adapters.auth import LegacyTokenAuthority
     from legacy_adapters.http_forward import CallbackForward
@@ -50,6 +52,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from projections.projector import ProjectionMetrics, Projector
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
+JOURNAL_FILE = "journal/facts.sqlite"  # under BRIDGE_DATA_DIR: the facts the store did not take, until it does
 
 
 @dataclass(frozen=True)
@@ -242,16 +245,45 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
             projector = start_serving_projector(store, settings.legacy_database_path, metrics, SystemClock())
             closers.append(projector.close)
             notify = projector.notify
+        keeper = build_fact_keeper(settings, metrics)
+        closers.append(keeper.close)
         callbacks = build_callback_path(settings, store, metrics, modes, reader=reader, auth=authority,
-                                        on_primary_commit=notify)
+                                        on_primary_commit=notify, keeper=keeper.keeper)
         interceptor = callbacks.interceptor
         closers.append(interceptor.close)
+        # Drains the journal once the store takes writes; stopped first, before the lanes and the journal close.
+        from bridge.callbacks.keeper import JournalReplayer
+
+        closers.append(JournalReplayer(keeper.keeper, interceptor.execute_fact).start().close)
         if schedule_reconciler:
             closers.extend(_start_jobs(settings, store, metrics, flags, modes, reader, callbacks.stops,
                                        recovery_deferred=recovery_deferred))
     return Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store,
                      flags=flags, modes=modes, interceptor=interceptor, callback_forward=callback_forward,
                      token_authority=authority, closers=tuple(closers))
+
+
+@dataclass(frozen=True)
+class KeptFacts:
+    """The local fact journal and its keeper (bridge.callbacks.keeper), closed with the process."""
+
+    journal: SqliteFactJournal
+    keeper: FactKeeper
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+def build_fact_keeper(settings: Settings, metrics: BridgeMetrics, clock: Clock | None = None) -> KeptFacts:
+    """The fact journal beside the bridge's data (``BRIDGE_DATA_DIR``; one per process that serves), its keeper,
+    and its gauges."""
+    from bridge.callbacks.keeper import FactKeeper
+    from bridge.storage.journal import SqliteFactJournal
+
+    journal = SqliteFactJournal(settings.data_dir / JOURNAL_FILE, capacity=settings.journal_max_facts)
+    keeper = FactKeeper(journal, metrics, clock or SystemClock())
+    metrics.watch_journal(keeper.size, keeper.oldest_age_s)
+    return KeptFacts(journal, keeper)
 
 
 def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService, modes: CachedModes,
@@ -376,10 +408,11 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
 def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource, *,
                         reader: LegacyReader | None = None, auth: LegacyTokenAuthority | None = None,
                         on_primary_commit: Callable[[], None] = lambda: None, keep_ends: bool = True,
-                        clock: Clock | None = None) -> CallbackPath:
+                        clock: Clock | None = None, keeper: FactKeeper | None = None) -> CallbackPath:
     """The callback path: one recorder, the stop decisions recording through it, and the interceptor feeding
-    them, checking tokens with ``auth`` (2.x's own when not given). ``keep_ends=False`` keeps no end: each end
-    closes its Run at once, and relayed stops still apply."""
+    them, checking tokens with ``auth`` (2.x's own when not given) and keeping what the store does not take with
+    ``keeper`` (none: such facts are counted lost). ``keep_ends=False`` keeps no end: each end closes its Run at
+    once, and relayed stops still apply."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.scheduler_mode import resolve_scheduler_mode
@@ -390,9 +423,9 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
     stops = build_stop_decisions(settings, store, recorder, reader, keep_ends=keep_ends, clock=clock)
     interceptor = ShadowInterceptor(
         recorder, reader, modes, metrics, clock,
-        budget_ms=settings.shadow_budget_ms, scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler), tz=_legacy_zone(settings),
-        auth=auth or build_token_authority(settings), on_primary_commit=on_primary_commit,
-        read_ahead=store_capabilities(store.engine).reads_are_round_trips, stops=stops)
+        budget_ms=settings.shadow_budget_ms, scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler),
+        tz=_legacy_zone(settings), auth=auth or build_token_authority(settings), on_primary_commit=on_primary_commit,
+        read_ahead=store_capabilities(store.engine).reads_are_round_trips, stops=stops, keeper=keeper)
     return CallbackPath(recorder, stops, interceptor)
 
 

@@ -60,6 +60,8 @@ class Settings:
     store_timeout_ms: int = 5000
     store_connect_timeout_s: int = 5
     store_keepalive_s: int = 10
+    # How many facts the local journal keeps while the store does not take them (bridge.callbacks.keeper).
+    journal_max_facts: int = 100_000
     log_format: str = "text"
 
     @classmethod
@@ -116,6 +118,7 @@ class Settings:
             store_timeout_ms=_int(env, "BRIDGE_STORE_TIMEOUT_MS", 5000, low=100, high=600_000),
             store_connect_timeout_s=_int(env, "BRIDGE_STORE_CONNECT_TIMEOUT_S", 5, low=1, high=60),
             store_keepalive_s=_int(env, "BRIDGE_STORE_KEEPALIVE_S", 10, low=2, high=600),
+            journal_max_facts=_int(env, "BRIDGE_JOURNAL_MAX_FACTS", 100_000, low=100, high=10_000_000),
             log_format=_choice(env, "BRIDGE_LOG_FORMAT", "text", LOG_FORMATS),
         )
 

@@ -49,6 +49,13 @@ _COMMANDS = frozenset({"create_run", "transition_run", "create_attempt", "transi
                        "shadow_start", "shadow_end", "shadow_cancel", "reconcile"})
 _PROJECTIONS = frozenset({"crontab_status", "crontab_pid", "running_instance", "crontab_times"})
 _KINDS = frozenset({"unmatched", "ambiguous", "start", "end", "duplicate", "late"})
+# Why a fact went to the local journal (journal_kept_total): the store's refusals (as shadow_write_failed names
+# them), behind facts kept already, the lanes full, or a primary start handed to 2.x.
+_KEPT = frozenset({"store_unavailable", "store_busy", "queued", "overload"})
+# Why a primary callback went to 2.x (primary_fallback_total).
+_FALLBACKS = frozenset({"store_unavailable", "store_busy", "keyv_unreadable"})
+_DROPPED = frozenset({"full", "error"})
+_REPLAYED = frozenset({"ok", "failed", "undecodable"})
 # What a callback was (legacy_callback_total): the status callback's two, the two stops, anything else.
 CALLBACK_KINDS = frozenset({"start", "end", "stop", "instance_stop", "other"})
 _MODES = frozenset(m.value for m in Mode)
@@ -112,6 +119,21 @@ class BridgeMetrics:
                                      "last flags read stayed in force", ["error"], registry=r)
         self._flags_age = Gauge(p + "flags_age_seconds", "Age of the flags in force (since they were last read); "
                                 "grows only while refreshes fail", registry=r)
+        self._journal_kept = Counter(p + "journal_kept_total", "Facts kept in the local journal because the store "
+                                     "did not take them, or behind facts kept already", ["reason"], registry=r)
+        self._journal_dropped = Counter(p + "journal_dropped_total", "Facts the local journal could not keep (full, "
+                                        "or its disk failed): lost, and logged", ["reason"], registry=r)
+        self._journal_replayed = Counter(p + "journal_replayed_total", "Kept facts executed again once the store "
+                                         "took writes, by outcome", ["result"], registry=r)
+        self._primary_fallback = Counter(p + "primary_fallback_total", "Primary callbacks the bridge could not be the "
+                                         "record of in time, answered and recorded by 2.x instead (the bridge "
+                                         "records them beside it)", ["reason"], registry=r)
+        self._journal_facts = Gauge(p + "journal_rows", "Facts held in the local journal", registry=r)
+        self._journal_age = Gauge(p + "journal_oldest_age_seconds", "Age of the oldest fact held in the local "
+                                  "journal (0 when empty)", registry=r)
+        self.journal_replay_lag_seconds = Histogram(p + "journal_replay_lag_seconds", "From keeping a fact to "
+                                                    "executing it again", registry=r,
+                                                    buckets=(.1, .5, 1, 5, 15, 30, 60, 300, 900, 3600))
         self.forward_seconds = Histogram(p + "forward_seconds", "Time to forward a request to 2.x",
                                          registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1, 5))
         self.shadow_write_seconds = Histogram(p + "shadow_write_seconds", "Time of one shadow write", registry=r,
@@ -179,6 +201,23 @@ class BridgeMetrics:
     def watch_flags_age(self, age_s: Callable[[], float | None]) -> None:
         """The flags gauge reads ``age_s`` at scrape time (0 before any read: nothing is in force yet)."""
         self._flags_age.set_function(lambda: age_s() or 0.0)
+
+    def primary_fallback(self, reason: str) -> None:
+        self._primary_fallback.labels(bounded(reason, _FALLBACKS)).inc()
+
+    def journal_kept(self, reason: str) -> None:
+        self._journal_kept.labels(bounded(reason, _KEPT)).inc()
+
+    def journal_dropped(self, reason: str) -> None:
+        self._journal_dropped.labels(bounded(reason, _DROPPED)).inc()
+
+    def journal_replayed(self, result: str) -> None:
+        self._journal_replayed.labels(bounded(result, _REPLAYED)).inc()
+
+    def watch_journal(self, size: Callable[[], int], oldest_age_s: Callable[[], float]) -> None:
+        """The journal gauges read ``size`` and ``oldest_age_s`` at scrape time."""
+        self._journal_facts.set_function(lambda: float(size()))
+        self._journal_age.set_function(oldest_age_s)
 
     def legacy_database_unavailable(self, state: str, use: str) -> None:
         self._legacy_db.labels(bounded(state, _LEGACY_STATES), bounded(use, _LEGACY_USES)).inc()

@@ -3,8 +3,8 @@
 A callback 2.x accepted becomes one command per cron id before it reaches a lane, so the same command can be
 executed at once, or kept and executed later with the same result (its times are the callback's own, its
 dedupe and idempotency keys come from its facts). ``to_json`` / ``from_json`` give each command one stable JSON
-form. ``ReadOpenRuns`` is the one query a lane runs: an end's open Runs read while 2.x answers; it is a hint,
-never a fact, and is not meant to be kept.
+form. ``ReadOpenRuns`` and ``ReadEndOwner`` are the queries a lane runs (an end's open Runs read while 2.x
+answers, and primary mode's owner of an end, read within the budget): hints, never facts, never kept.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, TypeAlias
 
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.ports import TaskSnapshot
-from bridge.service.shadow import CallbackFacts, ExecutionContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +73,20 @@ class ReadOpenRuns:
     kind: ClassVar[str] = "read_open_runs"
 
 
+@dataclass(frozen=True, slots=True)
+class ReadEndOwner:
+    """Who owns the one open Run an end would close (primary mode decides on it before the forward)."""
+
+    facts: CallbackFacts
+    kind: ClassVar[str] = "read_end_owner"
+
+    @property
+    def cron_id(self) -> int:
+        return self.facts.cron_id
+
+
 FactCommand: TypeAlias = RecordStart | RecordEnd | ApplyStop | ApplyInstanceStop
-LaneCommand: TypeAlias = FactCommand | ReadOpenRuns
+LaneCommand: TypeAlias = FactCommand | ReadOpenRuns | ReadEndOwner
 
 
 def to_json(command: FactCommand) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import cast
@@ -33,20 +34,23 @@ from bridge.callbacks.commands import (
     ApplyStop,
     FactCommand,
     LaneCommand,
+    ReadEndOwner,
     ReadOpenRuns,
     RecordEnd,
     RecordStart,
 )
+from bridge.callbacks.keeper import STORE_DID_NOT_TAKE, FactKeeper
 from bridge.callbacks.lanes import WriteLanes
 from bridge.callbacks.ports import StopEvidence
 from bridge.callbacks.prepared import Forwarded, Prepared, PreparedCallback, PreparedInstanceStop, PreparedStop
-from bridge.callbacks.primary import PrimaryAnswerer
+from bridge.callbacks.primary import PrimaryAnswerer, ToLegacy
 from bridge.callbacks.routes import InstanceStopRoute, InterceptedRoute, StatusRoute, StopRoute
-from bridge.domain.errors import BridgeError
+from bridge.domain.errors import BridgeError, StoreBusyError
 from bridge.domain.model import Mode, Owner
-from bridge.metrics import BridgeMetrics
+from bridge.metrics import SHADOW_FAILURE_LABELS, BridgeMetrics
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext, Outcome, ShadowResult
 from bridge.service.ports import ActiveCandidate, Clock, ModeSource
-from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder, ShadowResult
+from bridge.service.shadow import ShadowRecorder
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
     StatusCallback,
@@ -73,8 +77,11 @@ class ShadowInterceptor:
                  clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4,
                  probe: ProcProbe | None = None, auth: LegacyTokenAuthority | None = None,
                  on_primary_commit: Callable[[], None] = lambda: None, read_ahead: bool = False,
-                 stops: StopEvidence) -> None:
+                 stops: StopEvidence, keeper: FactKeeper | None = None) -> None:
+        """``keeper``: where facts the store does not take are kept and replayed (none: they are counted lost)."""
         self._recorder = recorder
+        self._keeper = keeper
+        self._budget_s = budget_ms / 1000
         self._stops = stops
         self._reader = reader
         self._modes = modes
@@ -123,7 +130,7 @@ class ShadowInterceptor:
         if not callback.is_start:
             prepared = PreparedCallback(callback, ids, received)
             owned = self._answer_if_bridge_owned(from_shell, prepared, headers)
-            return owned or self._with_read_ahead(prepared)
+            return owned if isinstance(owned, LocalAnswer) else self._with_read_ahead(prepared)
         # The shell is alive now (it waits for this answer): the one moment its identity can be taken.
         handle = self._probe.handle_for_shell(callback.pid)
         before, unreadable = {}, set()
@@ -139,7 +146,10 @@ class ShadowInterceptor:
                    for cron_id, cron in before.items() if cron is not None}
         prepared = PreparedCallback(callback, ids, received, before, handle.to_json() if handle else None,
                                     frozenset(unreadable), origins=origins)
-        return self._answer_if_primary(from_shell, prepared, headers) or prepared
+        answered = self._answer_if_primary(from_shell, prepared, headers)
+        if isinstance(answered, ToLegacy):
+            return replace(prepared, handed_to_legacy=answered.reason)
+        return answered or prepared
 
     def _with_read_ahead(self, prepared: PreparedCallback) -> PreparedCallback:
         """Queue the read on the cron's lane, ahead of the write that may follow it in the same lane."""
@@ -151,7 +161,7 @@ class ShadowInterceptor:
     # -- primary mode: the bridge answers ----------------------------------------------------------
 
     def _answer_if_primary(self, from_shell: bool, prepared: PreparedCallback,
-                           headers: Mapping[str, str] | None) -> LocalAnswer | None:
+                           headers: Mapping[str, str] | None) -> LocalAnswer | ToLegacy | None:
         """A start of an origin in primary mode is accepted by the bridge, which answers it itself."""
         if self._primary is None or not from_shell or len(prepared.cron_ids) != 1:
             return None
@@ -164,19 +174,44 @@ class ShadowInterceptor:
         context = self._context(cron, decision, prepared.shell_handle, mode=Mode.PRIMARY)
         assert context is not None
         facts = _facts(prepared.callback, cron.id, prepared.received_at_ms, keep_log_path=True)
-        return self._primary.answer(headers, RecordStart(facts, context), self._execute)
+        if self._store_is_out():
+            return self._primary.hand_to_legacy("store_unavailable")
+        return self._primary.answer(headers, RecordStart(facts, context), self._within_budget)
 
     def _answer_if_bridge_owned(self, from_shell: bool, prepared: PreparedCallback,
-                                headers: Mapping[str, str] | None) -> LocalAnswer | None:
+                                headers: Mapping[str, str] | None) -> LocalAnswer | ToLegacy | None:
         """An end of an execution the bridge accepted stays the bridge's, even after a demotion."""
         if self._primary is None or not from_shell or len(prepared.cron_ids) != 1 \
                 or not prepared.callback.is_end or not self._primary.owns_active_runs():
             return None
         facts = _facts(prepared.callback, prepared.cron_ids[0], prepared.received_at_ms, keep_log_path=True)
-        if self._recorder.owner_of_end(facts) != Owner.BRIDGE.value:
+        # Who owns it is read within the budget; unknown (the store is out or slow), 2.x answers the end and the
+        # shadow path records it, which closes the bridge's Run all the same (in order, from the journal).
+        if self._store_is_out() or self._owner_within_budget(facts) != Owner.BRIDGE.value:
             return None
         command = RecordEnd(facts, _begin_seconds(prepared.callback), bridge_owned=True)
-        return self._primary.answer(headers, command, self._execute)
+        return self._primary.answer(headers, command, self._within_budget)
+
+    def _store_is_out(self) -> bool:
+        """The journal holds facts: the store did not take the last writes, and is not asked again meanwhile."""
+        return self._keeper is not None and self._keeper.holding
+
+    def _within_budget(self, command: FactCommand | ReadEndOwner) -> object:
+        """``command`` on its cron's lane, waited for at most the shadow budget. Raises what it raised, and
+        StoreBusyError when the lanes are full or the budget ran out (the command may still finish there)."""
+        future = self._lanes.submit(command)
+        if future is None:
+            raise StoreBusyError("the write lanes are full")
+        try:
+            return future.result(timeout=self._budget_s)
+        except FutureTimeout:
+            raise StoreBusyError("the store did not answer within the shadow budget") from None
+
+    def _owner_within_budget(self, facts: CallbackFacts) -> str | None:
+        try:
+            return cast("str | None", self._within_budget(ReadEndOwner(facts)))
+        except Exception:  # noqa: BLE001 - an owner that cannot be read in time is unknown: 2.x answers
+            return None
 
     @property
     def stop_decisions(self) -> StopEvidence:
@@ -188,12 +223,22 @@ class ShadowInterceptor:
         try:
             if _accepted(prepared, upstream_status, answer):
                 read_ahead = prepared.read_ahead if isinstance(prepared, PreparedCallback) else None
-                handed = self._lanes.write_within_budget(list(self._commands(prepared)), read_ahead)
+                commands = list(self._commands(prepared))
+                handed = self._lanes.write_within_budget(commands, read_ahead)
+                for refused in (command for command in commands if command not in handed):
+                    self._lanes_refused(refused)
         finally:
             if isinstance(prepared, (PreparedStop, PreparedInstanceStop)):
                 # A stop a lane took is settled there once applied; every other one is settled now.
                 in_lanes = {command.cron_id for command in handed}
                 self._stops.stop_settled(tuple(c for c in prepared.cron_ids if c not in in_lanes))
+
+    def _lanes_refused(self, command: FactCommand) -> None:
+        """The lanes were full (a slow store): the fact is kept for later, or, without a journal, lost."""
+        if self._keeper is not None:
+            self._keeper.keep(command, "overload")
+        else:
+            self._metrics.shadow_write_failed(None, "overload")
 
     def close(self) -> None:
         self._lanes.close()
@@ -225,30 +270,53 @@ class ShadowInterceptor:
         if cron is None:  # 2.x does not know this id: it changed nothing, neither do we
             self._metrics.callback_unmatched(None, "unmatched")
             return None
-        context = self._context(cron, prepared.origins[cron_id], prepared.shell_handle)
+        decision = prepared.origins[cron_id]
+        if prepared.handed_to_legacy:  # a primary start 2.x answered instead: recorded as 2.x's, saying why
+            decision = replace(decision, evidence=f"{decision.evidence}; primary start answered by 2.x "
+                                                  f"({prepared.handed_to_legacy})")
+            context = self._context(cron, decision, prepared.shell_handle, mode=Mode.PRIMARY, accept_as=Mode.SHADOW)
+        else:
+            context = self._context(cron, decision, prepared.shell_handle)
         return RecordStart(facts, context) if context else None
 
     # -- inside a lane ----------------------------------------------------------------------------
 
     def _execute(self, command: LaneCommand, read_ahead: Future[object] | None = None) -> object:
-        """What a lane (or the primary answerer) runs. A read is returned (or raised) to its caller; a fact is
-        recorded, and its failure counted and logged: nothing may reach the shell."""
+        """What a lane runs. A read is returned (or raised) to its caller, and so is a write of an execution the
+        bridge owns (primary: the answerer fails closed); a shadow fact is recorded, kept in the journal when
+        the store does not take it, and any other failure counted and logged: nothing may reach the shell."""
         if isinstance(command, ReadOpenRuns):
-            return self._recorder.read_ahead_end(command.cron_id)
-        if isinstance(command, (ApplyStop, ApplyInstanceStop)):
-            try:
+            return None if self._store_is_out() else self._recorder.read_ahead_end(command.cron_id)
+        if isinstance(command, ReadEndOwner):
+            return self._recorder.owner_of_end(command.facts)
+        if _bridge_owned(command):
+            return self._record_owned(command)  # type: ignore[arg-type]
+        try:
+            if self._keeper is None or not self._keeper.hold(command):
                 with self._guarded():
-                    self._apply_stop(command)
-            finally:
+                    self._record_or_keep(command, _read_ahead_result(read_ahead))
+        finally:
+            if isinstance(command, (ApplyStop, ApplyInstanceStop)):
                 self._stops.stop_settled((command.cron_id,))
-            return None
-        if command.bridge_owned if isinstance(command, RecordEnd) else command.context.mode == Mode.PRIMARY:
-            return self._record_owned(command)  # primary: its failure is the answerer's, fail-closed
-        with self._guarded():
-            result = self._record(command, _read_ahead_result(read_ahead))
-            if result is not None:
-                self._count(result)
         return None
+
+    def _record_or_keep(self, command: FactCommand, read_ahead: list[ActiveCandidate] | None) -> None:
+        try:
+            self.execute_fact(command, read_ahead)
+        except STORE_DID_NOT_TAKE as exc:
+            if self._keeper is None:
+                raise
+            self._keeper.keep(command, SHADOW_FAILURE_LABELS.get(exc.code, "store_unavailable"))
+
+    def execute_fact(self, command: FactCommand, read_ahead: list[ActiveCandidate] | None = None) -> None:
+        """Record one fact through the shadow rules, at once or replayed from the journal; raises what the store
+        or the rules raised."""
+        if isinstance(command, (ApplyStop, ApplyInstanceStop)):
+            self._apply_stop(command)
+            return
+        result = self._record(command, read_ahead)
+        if result is not None:
+            self._count(result)
 
     def _apply_stop(self, command: ApplyStop | ApplyInstanceStop) -> None:
         if isinstance(command, ApplyStop):
@@ -297,14 +365,15 @@ class ShadowInterceptor:
         return self._context(cron, decision)
 
     def _context(self, cron: LegacyCron, decision: OriginDecision, shell_handle: str | None = None,
-                 mode: Mode = Mode.SHADOW) -> ExecutionContext | None:
-        """The context a new Run is accepted with, or None when its origin is not in that mode."""
+                 mode: Mode = Mode.SHADOW, accept_as: Mode | None = None) -> ExecutionContext | None:
+        """The context a new Run is accepted with (under ``accept_as``, by default ``mode``), or None when its
+        origin is not in ``mode``."""
         if self._modes.mode_for(decision.origin) is not mode:
             return None
         revision = task_revision(cron)
         snapshot = task_snapshot(cron, revision, self._clock.now_ms())
         return ExecutionContext(decision.origin, decision.evidence, revision, snapshot,
-                                mode=mode.value, executor_handle=shell_handle)
+                                mode=(accept_as or mode).value, executor_handle=shell_handle)
 
     def _read_cron(self, cron_id: int) -> LegacyCron | None:
         """2.x's Crontabs row (None: 2.x has no such cron). Raises LegacyDatabaseError, its reason the
@@ -333,6 +402,13 @@ class ShadowInterceptor:
                                              else "unmatched")
         elif result.outcome is Outcome.LATE_IGNORED:
             self._metrics.late_callback("late")
+
+
+def _bridge_owned(command: FactCommand) -> bool:
+    """A write of an execution the bridge answers for (primary): never kept, its failure is the answer's."""
+    if isinstance(command, RecordEnd):
+        return command.bridge_owned
+    return isinstance(command, RecordStart) and command.context.mode == Mode.PRIMARY.value
 
 
 def _read_ahead_result(future: Future[object] | None) -> list[ActiveCandidate] | None:

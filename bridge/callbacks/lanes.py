@@ -4,7 +4,8 @@ One single-thread lane per cron bucket keeps each cron's commands in arrival ord
 its end). What a lane runs is a command (bridge.callbacks.commands), handed to the one executor the lanes were
 built with. A callback waits for its writes at most the shadow budget, then 2.x's answer goes back and the
 writes finish in their lanes; at most ``capacity`` commands may be queued or running, and one more is refused
-(counted as ``overload``) rather than queued without bound behind a slow store.
+rather than queued without bound behind a slow store (the caller keeps it for later, or counts it as
+``overload``).
 """
 
 from __future__ import annotations
@@ -45,13 +46,13 @@ class WriteLanes:
     def write_within_budget(self, commands: Sequence[FactCommand],
                             read_ahead: Future[object] | None = None) -> list[FactCommand]:
         """Run the commands, each on its cron's lane, and wait for them together at most the budget; never
-        raises. Returns those a lane took: a refused one (the lanes were full) will never run."""
+        raises. Returns those a lane took: a refused one (the lanes were full) will never run here, and the
+        caller decides where it goes."""
         accepted: list[FactCommand] = []
         futures = []
         for command in commands:
             future = self.submit(command, read_ahead)
             if future is None:
-                self._metrics.shadow_write_failed(None, "overload")
                 continue
             accepted.append(command)
             futures.append(future)

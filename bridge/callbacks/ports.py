@@ -8,8 +8,8 @@ from typing import Protocol
 
 from bridge.callbacks.prepared import Forwarded, Prepared
 from bridge.callbacks.routes import InterceptedRoute
+from bridge.service.callback_facts import CallbackFacts, ShadowResult
 from bridge.service.ports import ActiveCandidate
-from bridge.service.shadow import CallbackFacts, ShadowResult
 
 
 class CallbackInterceptor(Protocol):

@@ -41,6 +41,7 @@ class PreparedCallback:
     unreadable: frozenset[int] = frozenset()  # ids whose Crontabs row could not be read (2.x held its lock)
     read_ahead: Future[object] | None = None  # an end's open Runs, read during the forward
     origins: dict[int, OriginDecision] = field(default_factory=dict)  # a start's, per cron 2.x knows
+    handed_to_legacy: str | None = None  # a primary start the bridge could not be the record of: why 2.x is
 
 
 Forwarded: TypeAlias = PreparedCallback | PreparedStop | PreparedInstanceStop  # watched on its way to 2.x

@@ -1,12 +1,16 @@
 """PrimaryAnswerer: for executions the bridge owns, it answers the shell itself, fail-closed.
 
 Authorisation is 2.x's own for /open/* (App token from the keyv cache, `crons` scope, expiry; the same
-401 bodies). The Run facts and the projection outbox row commit together; a failure before commit
-answers a 2.x-shaped 5xx and leaves nothing half-written.
+401 bodies). The Run facts and the projection outbox row commit together, within the shadow budget; a refusal
+by the rules answers a 2.x-shaped 5xx and leaves nothing half-written.
 
-A keyv file that cannot be read leaves the token unchecked, so the bridge does not answer: the callback goes on
-to 2.x, which checks it and records the execution itself (fail-open, as for an unreadable database.sqlite),
-counted in legacy_database_unavailable_total{use="auth"} and logged when the file's state changes.
+When the bridge cannot be the record in time, 2.x is (``ToLegacy``): a keyv file that cannot be read leaves the
+token unchecked, and a store that does not take the write within the budget (silent, locked, failing over, or
+already holding facts in the local journal) cannot accept the execution. The callback then goes on to 2.x, which
+checks the token and records the execution itself, and the bridge records it beside 2.x as 2.x's own (shadow),
+its origin evidence saying why. So a silent store never makes an execution vanish from both. Each hand-over is
+counted (primary_fallback_total) and logged once per episode; an unreadable keyv also in
+legacy_database_unavailable_total{use="auth"}.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from bridge.callbacks.answers import OK_2X, LocalAnswer
 from bridge.callbacks.commands import RecordEnd, RecordStart
+from bridge.callbacks.keeper import STORE_DID_NOT_TAKE
 from bridge.callbacks.routes import SHELL_STATUS_PATH
 from bridge.domain.errors import BridgeError
-from bridge.metrics import BridgeMetrics
+from bridge.metrics import SHADOW_FAILURE_LABELS, BridgeMetrics
 from bridge.service.last_known import LastKnown
 from bridge.service.ports import Clock
 from bridge.service.shadow import ShadowRecorder
@@ -27,6 +33,13 @@ from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
 
 log = logging.getLogger("bridge.callbacks.primary")
+
+
+@dataclass(frozen=True, slots=True)
+class ToLegacy:
+    """The bridge does not answer this primary callback: 2.x does, and is its record (``reason``: why)."""
+
+    reason: str
 
 
 class PrimaryAnswerer:
@@ -42,12 +55,13 @@ class PrimaryAnswerer:
         self._owned = LastKnown(lambda: recorder.has_active_bridge_runs(), what="bridge-owned Runs", fallback=True,
                                 ttl_s=owned_ttl_s)
         self._keyv_state: str | None = None  # why keyv.sqlite could not be read last time, if it could not
+        self._handed: str | None = None  # why the last primary callback went to 2.x, until one is answered again
 
     def answer(self, headers: Mapping[str, str] | None, command: RecordStart | RecordEnd,
-               execute: Callable[[RecordStart | RecordEnd], object]) -> LocalAnswer | None:
-        """Authorise like 2.x, then have ``execute`` record ``command`` (its errors raised, not counted); the shell
-        gets {"code":200}, 2.x's 401, or a 2.x-shaped 500. None: the token could not be checked (keyv.sqlite
-        unreadable), so 2.x must answer."""
+               execute: Callable[[RecordStart | RecordEnd], object]) -> LocalAnswer | ToLegacy:
+        """Authorise like 2.x, then have ``execute`` record ``command`` within the budget (its errors raised); the
+        shell gets {"code":200}, 2.x's 401, or a 2.x-shaped 500 when the rules refuse. ToLegacy: the bridge could
+        not be the record (the token could not be checked, the store did not take the write): 2.x answers."""
         headers = headers or {}
         try:
             self._auth.check_open_request(SHELL_STATUS_PATH, headers.get("Authorization"), self._clock.now_ms() // 1000,
@@ -57,10 +71,12 @@ class PrimaryAnswerer:
             return LocalAnswer(exc.legacy_status, exc.legacy_body)
         except LegacyDatabaseError as exc:
             self._keyv_unreadable(exc.reason)
-            return None
+            return self.hand_to_legacy("keyv_unreadable")
         self._keyv_reads_again()
         try:
             execute(command)
+        except STORE_DID_NOT_TAKE as exc:
+            return self.hand_to_legacy(SHADOW_FAILURE_LABELS.get(exc.code, "store_unavailable"))
         except BridgeError as exc:
             log.warning("primary callback not recorded: %s", exc.code)
             self._metrics.shadow_write_failed(None, "internal")
@@ -70,7 +86,19 @@ class PrimaryAnswerer:
             return _error_500("INTERNAL_ERROR")
         self.note_owned()
         self._on_commit()
+        if self._handed is not None:
+            log.warning("primary callbacks are answered by the bridge again (they went to 2.x: %s)", self._handed)
+            self._handed = None
         return OK_2X
+
+    def hand_to_legacy(self, reason: str) -> ToLegacy:
+        """2.x answers this primary callback and is its record; counted, and logged when the reason changes."""
+        self._metrics.primary_fallback(reason)
+        if reason != self._handed:
+            self._handed = reason
+            log.warning("primary callbacks go to 2.x, which records them (%s); the bridge records them beside it",
+                        reason)
+        return ToLegacy(reason)
 
     def owns_active_runs(self) -> bool:
         """Whether any bridge-owned execution may still be open (read at most once a second)."""

@@ -33,9 +33,10 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 
 from bridge.domain.events import Actor, ActorType, ErrorCode, is_signal_exit
+from bridge.service.callback_facts import CallbackFacts, Outcome, ShadowResult
 from bridge.service.pending_ends import EndVerdict, PendingEnd, PendingEndStore
 from bridge.service.ports import ActiveCandidate, Clock
-from bridge.service.shadow import CallbackFacts, Outcome, ShadowRecorder, ShadowResult
+from bridge.service.shadow import ShadowRecorder
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key, speaking_row

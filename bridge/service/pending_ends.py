@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from bridge.domain.events import SHELL, STOP_CODES, Actor, ErrorCode
-
-if TYPE_CHECKING:  # annotation only: the facts module imports this one
-    from bridge.service.shadow import CallbackFacts
+from bridge.service.callback_facts import CallbackFacts
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,97 +16,36 @@ its exit code.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from bridge.domain.aggregate import RunChange
 from bridge.domain.errors import AttemptConflictError, RunVersionConflictError
 from bridge.domain.events import SHELL, Actor, ErrorCode, EventType
-from bridge.domain.keys import execution_key
 from bridge.domain.ladder import bring_attempt_to_running, bring_run_to_running, open_to_running
 from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import (
     CALLBACK_TRIGGER,
     PROJECT_ID,
     AttemptStatus,
-    Mode,
     Owner,
     Run,
     RunAttempt,
     RunStatus,
     new_legacy_run,
 )
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext, Outcome, ShadowResult
 from bridge.service.pending_ends import EndVerdict, PendingEnd
 from bridge.service.ports import (
     ActiveCandidate,
     DedupeKeyTakenError,
     IdempotencyKeyTakenError,
     MismatchRecord,
-    TaskSnapshot,
 )
 from bridge.service.run_service import RunService, RunTransaction
 
 CANDIDATE_LIMIT = 64  # docs/run-state.md#correlating-callbacks: bounded lookups
 STORED_REVISIONS_KEPT = 4096
 _SYNTH = {"synthesized": True}
-
-
-@dataclass(frozen=True, slots=True)
-class CallbackFacts:
-    """One status callback for one cron id, already in milliseconds and with the log path digested."""
-
-    cron_id: int
-    pid: int | None
-    log_ref: str | None
-    started_at_ms: int | None  # from last_execution_time; None when 2.x sent 0 ("never")
-    duration_ms: int | None  # from last_running_time
-    exit_code: int | float | None  # as 2.x keeps it (legacy_adapters.callbacks.exit_code_as_given)
-    received_at_ms: int
-    log_path: str | None = None  # raw 2.x log_path: kept only for bridge-owned (primary) executions
-
-    @property
-    def execution_key(self) -> str:
-        return execution_key(self.cron_id, self.pid, self.log_ref, self.started_at_ms)
-
-    @property
-    def end_key(self) -> str:
-        return f"legacy-end:{self.pid}:{self.log_ref}:{self.exit_code}:{self.started_at_ms}"
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutionContext:
-    """What a new Run is accepted with: origin (and why), mode, task identity."""
-
-    origin: str
-    evidence: str
-    task_revision: str
-    snapshot: TaskSnapshot | None = None
-    mode: str = Mode.SHADOW.value
-    executor_handle: str | None = None  # process identity of the shell, taken at its start callback
-
-    @property
-    def owner(self) -> str:
-        """Who answers the shell for this execution, fixed now for its whole life."""
-        return Owner.BRIDGE.value if self.mode == Mode.PRIMARY.value else Owner.LEGACY.value
-
-
-class Outcome(StrEnum):
-    STARTED = "started"
-    CLOSED = "closed"
-    BACKFILLED = "backfilled"
-    DUPLICATE = "duplicate"
-    LATE_IGNORED = "late_ignored"
-    AMBIGUOUS = "ambiguous"
-    UNMATCHED = "unmatched"
-    CANCELLED = "cancelled"
-    DEFERRED = "deferred"  # a signal exit kept until 2.x's evidence of a stop decides it
-
-
-@dataclass(frozen=True, slots=True)
-class ShadowResult:
-    outcome: Outcome
-    run_id: str | None = None
-    origin: str | None = None
 
 
 ContextSource = Callable[[], ExecutionContext | None]

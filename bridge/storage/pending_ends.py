@@ -13,8 +13,8 @@ from sqlalchemy import Connection, Engine, delete, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from bridge.service.callback_facts import CallbackFacts
 from bridge.service.pending_ends import PendingEnd
-from bridge.service.shadow import CallbackFacts
 from bridge.storage.schema import pending_ends_table
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 

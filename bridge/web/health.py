@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from bridge.bootstrap import Store
     from bridge.config import Settings
     from bridge.service.flags import CachedModes
-    from bridge.web.readiness import ReadinessWatch
 
 UPSTREAM_HEALTH_PATH = "/api/health"  # what 2.x's Docker HEALTHCHECK polls
 UPSTREAM_TIMEOUT_S = 2.0
@@ -69,7 +68,7 @@ def readyz() -> tuple[Response, int]:
     """Readiness: the store takes writes and 2.x answers; the detail of every check. Served by a bridge, the
     checks that wait on the store or on 2.x come from its ReadinessWatch, so this answers at once."""
     container = current_container()
-    watch: ReadinessWatch | None = current_app.extensions.get(READINESS)
+    watch = current_app.extensions.get(READINESS)  # a bridge.web.readiness.ReadinessWatch
     if watch is not None:
         checks = watch.checks()
     else:  # an app without a watch (tests, tools) checks on the request

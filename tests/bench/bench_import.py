@@ -293,9 +293,10 @@ SHADOW_BUDGET_MS = 50.0  # BRIDGE_SHADOW_BUDGET_MS: how long the shell waits for
 
 def serve_writer(url: str, crons: list[int], rate: float, stop: Any, pipe: Any) -> None:
     """`serve`'s shadow writes: ``rate`` executions a second, start then end, each write timed."""
+    from bridge.service.callback_facts import CallbackFacts, ExecutionContext
     from bridge.service.clock import SystemClock
     from bridge.service.run_service import RunService
-    from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+    from bridge.service.shadow import ShadowRecorder
     from bridge.storage.engine import make_engine
     from bridge.storage.unit_of_work import SqlUnitOfWork
 

@@ -72,9 +72,10 @@ from sqlalchemy.exc import OperationalError
 
 from bridge.jobs.project import ProjectorThread
 from bridge.metrics import BridgeMetrics
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.engine import READ_ONLY, make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.outbox import SqlOutbox

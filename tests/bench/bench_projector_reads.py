@@ -31,9 +31,10 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, text
 
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.engine import make_engine
 from bridge.storage.outbox import SqlOutbox
 from bridge.storage.unit_of_work import SqlUnitOfWork

@@ -51,9 +51,10 @@ from bridge.bootstrap import Container, build_token_authority
 from bridge.cli import main as cli_main
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.engine import StoreDeadlines, make_engine
 from bridge.storage.migrate import current_revision, downgrade
 from bridge.storage.unit_of_work import SqlUnitOfWork

@@ -65,8 +65,9 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Engine, func, insert, select, text
 
 from bridge.domain.model import Origin
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.ports import StaticModes, TaskSnapshot
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.engine import StoreDeadlines, make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.schema import (

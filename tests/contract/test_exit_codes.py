@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from bridge.domain.model import AttemptStatus, RunStatus
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext, Outcome
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 
 CTX = ExecutionContext(origin="scheduled_node", evidence="schedule_match:main:5_field:node", task_revision="rev")
 BEGIN_MS = 1_796_216_497_000

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import Engine, event
 
+from bridge.service.callback_facts import ExecutionContext
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
-from bridge.service.shadow import ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.runs import _ANY_ACTIVE_OWNED_BY
 from tests.conftest import Backend
 from tests.contract.test_shadow_recorder import CTX, end, facts

@@ -3,8 +3,8 @@ stop path, the reconciler and recovery make."""
 
 from __future__ import annotations
 
+from bridge.service.callback_facts import CallbackFacts
 from bridge.service.pending_ends import PendingEnd
-from bridge.service.shadow import CallbackFacts
 from bridge.storage.pending_ends import SqlPendingEnds
 from tests.conftest import Backend
 

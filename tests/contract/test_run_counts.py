@@ -13,9 +13,10 @@ import pytest
 from sqlalchemy import Engine, event, func, select, text
 
 from bridge.domain.model import RunStatus
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage import summary as summary_module
 from bridge.storage.schema import run_events_table, runs_table
 from bridge.storage.summary import Estimate, StoreSummary, estimate, summarize

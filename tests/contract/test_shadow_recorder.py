@@ -10,10 +10,11 @@ from sqlalchemy import Engine, event, text
 from bridge.domain.commands import RequestCancel
 from bridge.domain.events import EventType
 from bridge.domain.model import AttemptStatus, RunStatus
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext, Outcome
 from bridge.service.clock import SystemClock
 from bridge.service.ports import TaskSnapshot
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.runs import _ACTIVE_CANDIDATES
 from tests.conftest import Backend
 from tests.contract.lifecycle import ACTOR

@@ -18,9 +18,10 @@ from sqlalchemy import delete, func, select
 from bridge.bootstrap import run_legacy_import
 from bridge.jobs.import_legacy.backup import ImportRefusedError
 from bridge.jobs.import_legacy.summary import ImportSummary, print_summary
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext, Outcome
 from bridge.service.clock import SystemClock
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, Outcome, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.imports import SqlImportStore
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.report_queries import ReportQueries

@@ -19,9 +19,12 @@ import pytest
 from flask.testing import FlaskClient
 
 from bridge.bootstrap import Container
+from bridge.callbacks.answers import LocalAnswer
+from bridge.callbacks.commands import RecordStart
 from bridge.callbacks.primary import PrimaryAnswerer
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.clock import SystemClock
 from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import render_status_body
@@ -31,6 +34,9 @@ from tests.web.asgi_client import bridge_client
 
 PANEL_JWT = "eyJhbGciOiJIUzM4NCJ9.eyJkYXRhIjoiYWRtaW4ifQ.c2lnbmF0dXJl"
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
+# What the bridge would record, were the token accepted (it never is here).
+REFUSED_START = RecordStart(CallbackFacts(1, 4321, None, None, None, None, 0),
+                            ExecutionContext("manual", "test", "r1", mode="primary"))
 
 
 @dataclass
@@ -49,7 +55,11 @@ class Site:
         return reply.status_code, reply.content
 
     def to_primary(self, headers: dict[str, str]) -> tuple[int, bytes]:
-        answer = self.primary.answer(headers, lambda: pytest.fail("a refused callback was recorded"))
+        def never(_command: object) -> None:
+            pytest.fail("a refused callback was recorded")
+
+        answer = self.primary.answer(headers, REFUSED_START, never)
+        assert isinstance(answer, LocalAnswer)
         return answer.status, answer.body
 
     def to_v3(self, headers: dict[str, str]) -> tuple[int, bytes]:

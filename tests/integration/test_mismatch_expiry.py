@@ -9,7 +9,8 @@ import time
 from sqlalchemy import insert, select
 
 from bridge.jobs.reconcile import ReconcileSettings
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.schema import mismatches_table, reconcile_passes_table
 from legacy_adapters.callbacks import log_path_digest
 from tests.integration.legacy_world import BEGIN, end, start

@@ -161,16 +161,24 @@ def test_an_unreadable_keyv_sends_the_primary_callback_on_to_2x_counted_by_its_s
 
     assert answer == (200, b'{"code":200}')  # 2.x's own answer: it checked the token and recorded the start
     assert site.reached_2x() == 1 and len(site.data.instance_rows(cron)) == 1
-    assert site.runs() == [] and site.count(projection_outbox_table) == 0
+    # The bridge records it beside 2.x as 2.x's own, saying why; nothing is projected.
+    (run,) = site.runs()
+    assert (run["owner"], run["mode"]) == ("legacy", "shadow")
+    assert str(run["origin_evidence"]).endswith("primary start answered by 2.x (keyv_unreadable)")
+    assert site.count(projection_outbox_table) == 0
     assert site.metrics.value("ql_bridge_legacy_database_unavailable_total", state=fault, use="auth") == 1
+    assert site.metrics.value("ql_bridge_primary_fallback_total", reason="keyv_unreadable") == 1
 
 
-def test_a_store_failure_answers_a_2x_shaped_500_and_leaves_nothing_half_written(site: Site) -> None:
+def test_a_store_that_does_not_take_the_start_hands_it_to_2x_and_leaves_nothing_half_written(site: Site) -> None:
     cron = site.data.add_cron("hourly", "task h.sh", "0 * * * *")
     with locked_store(site.backend):  # past the busy budget (SQLite) or the lock timeout (PostgreSQL)
         status, body = site.send(render_status_body(cron, 0, 43, "h/3.log", BEGIN))
-    assert status == 500 and body.startswith(b'{"code":500,"message":"ql-bridge could not record')
-    assert site.runs() == [] and site.count(projection_outbox_table) == 0
+    # The bridge cannot be the record in time, so 2.x is: the shell gets 2.x's answer, 2.x applied the start.
+    assert (status, body) == (200, b'{"code":200}')
+    assert site.reached_2x() == 1 and len(site.data.instance_rows(cron)) == 1
+    assert site.count(projection_outbox_table) == 0
+    assert site.metrics.value("ql_bridge_primary_fallback_total", reason="store_busy") == 1
 
 
 def test_owners_are_fixed_at_acceptance_across_promotion_and_demotion(site: Site) -> None:

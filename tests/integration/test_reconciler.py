@@ -16,8 +16,9 @@ from sqlalchemy import select, update
 from bridge.demo import ALL_ORIGINS
 from bridge.jobs.reconcile import Reconciler, ReconcileSettings
 from bridge.metrics import BridgeMetrics
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.ports import StaticModes
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import mismatches_table, run_attempts_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body

@@ -10,7 +10,8 @@ import time
 from sqlalchemy import insert
 
 from bridge.jobs.reconcile import ReconcileSettings
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.schema import mismatches_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
 from tests.integration.legacy_world import BEGIN, UNJUDGED_GRACE_S, end, start

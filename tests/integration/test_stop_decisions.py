@@ -20,9 +20,10 @@ from bridge.callbacks.interception import ShadowInterceptor
 from bridge.callbacks.routes import StopRoute
 from bridge.config import Settings
 from bridge.jobs.stop_decisions import StopDecisions
+from bridge.service.callback_facts import Outcome
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
-from bridge.service.shadow import Outcome, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import pending_ends_table

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.outbox import _NEWEST_ACTIVE, _NEWEST_TERMINAL
 from bridge.storage.statements import CompiledStatement
 from tests.projection.conftest import World

@@ -442,7 +442,8 @@ def test_a_cron_deleted_in_2x_keeps_no_crontabs_row_but_still_gets_its_instance(
 
 
 def test_legacy_owned_shadow_runs_are_not_projected(world: World) -> None:
-    from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+    from bridge.service.callback_facts import CallbackFacts, ExecutionContext
+    from bridge.service.shadow import ShadowRecorder
 
     cron = world.cron()
     ShadowRecorder(world.runs).record_start(
@@ -474,7 +475,8 @@ def test_the_projection_never_touches_run_facts(world: World) -> None:
 
 
 def test_a_primary_execution_recorded_from_its_callbacks_is_projected_like_2x_would_show_it(world: World) -> None:
-    from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+    from bridge.service.callback_facts import CallbackFacts, ExecutionContext
+    from bridge.service.shadow import ShadowRecorder
 
     cron = world.cron()
     recorder = ShadowRecorder(world.runs)

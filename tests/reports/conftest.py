@@ -20,8 +20,9 @@ from sqlalchemy import insert, update
 from bridge.bootstrap import report_sources
 from bridge.config import Settings
 from bridge.jobs.report.build import build_report
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.schema import mismatches_table, runs_table
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.reader import LegacyReader

@@ -22,8 +22,8 @@ from bridge.callbacks.commands import (
 )
 from bridge.callbacks.lanes import WriteLanes
 from bridge.metrics import BridgeMetrics
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.ports import TaskSnapshot
-from bridge.service.shadow import CallbackFacts, ExecutionContext
 
 small = st.integers(min_value=0, max_value=2**53 - 1)
 maybe_text = st.none() | st.text(max_size=40)
@@ -80,7 +80,7 @@ def test_a_crons_commands_run_in_arrival_order_through_the_one_executor() -> Non
     assert len({thread for thread, _command in seen}) == 1  # one cron, one lane
 
 
-def test_a_command_beyond_the_lanes_capacity_is_refused_and_counted() -> None:
+def test_a_command_beyond_the_lanes_capacity_is_refused_and_an_overrun_counted() -> None:
     release = threading.Event()
 
     def execute(_command: LaneCommand, _read_ahead: Future[object] | None) -> object:
@@ -94,6 +94,5 @@ def test_a_command_beyond_the_lanes_capacity_is_refused_and_counted() -> None:
     finally:
         release.set()
         lanes.close()
-    assert accepted == [end(1, 1), end(1, 2)]
-    assert metrics.value("ql_bridge_shadow_write_failed_total", origin="other", error="overload") == 1
+    assert accepted == [end(1, 1), end(1, 2)]  # the third is the caller's to keep or count
     assert metrics.value("ql_bridge_shadow_write_failed_total", origin="other", error="timeout") == 2

@@ -24,6 +24,7 @@ from bridge.bootstrap import Container, Store, build_token_authority
 from bridge.config import Settings
 from bridge.domain.errors import RunNotFoundError
 from bridge.metrics import BridgeMetrics
+from bridge.service.callback_facts import CallbackFacts, ExecutionContext
 from bridge.service.queries import (
     InvalidQueryError,
     PageRequest,
@@ -33,7 +34,7 @@ from bridge.service.queries import (
     rfc3339_ms,
 )
 from bridge.service.run_service import RunService
-from bridge.service.shadow import CallbackFacts, ExecutionContext, ShadowRecorder
+from bridge.service.shadow import ShadowRecorder
 from bridge.storage.queries import SqlRunQueries
 from bridge.web.app import create_app
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir

@@ -25,9 +25,9 @@ from bridge.domain.model import (
     RunStatus,
     new_legacy_run,
 )
+from bridge.service.callback_facts import CallbackFacts
 from bridge.service.ids import new_id
 from bridge.service.ports import TaskSnapshot
-from bridge.service.shadow import CallbackFacts
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.identity import instance_import_key, speaking_row
