@@ -24,6 +24,7 @@ from bridge.bootstrap import (
     recover_unfinished_runs,
 )
 from bridge.callbacks.interception import ShadowInterceptor
+from bridge.callbacks.keeper import FactKeeper
 from bridge.config import Settings
 from bridge.jobs.reconcile import Reconciler
 from bridge.jobs.recovery import RecoveryMetrics, recover_on_startup
@@ -31,7 +32,7 @@ from bridge.jobs.stop_decisions import StopDecisions
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.pending_ends import PendingEndStore
-from bridge.service.ports import ModeSource, ServiceMetrics
+from bridge.service.ports import Clock, ModeSource, ServiceMetrics
 from bridge.service.reconcile import ReconcileStore, UnfinishedRuns
 from bridge.service.run_service import RunService
 from bridge.service.shadow import ShadowRecorder
@@ -66,11 +67,13 @@ def stop_decisions(settings: Settings, store: Store, *, reader: LegacyReader | N
 
 def callback_path(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
                   reader: LegacyReader | None = None, keep_ends: bool = True,
-                  on_primary_commit: Callable[[], None] = lambda: None) -> CallbackPath:
+                  on_primary_commit: Callable[[], None] = lambda: None, keeper: FactKeeper | None = None,
+                  clock: Clock | None = None) -> CallbackPath:
     """bootstrap.build_callback_path: the interceptor and the stop decisions it feeds, recording through one
-    recorder (``keep_ends`` as in ``stop_decisions``). The caller closes the interceptor."""
+    recorder (``keep_ends`` as in ``stop_decisions``), keeping what the store does not take with ``keeper``. The
+    caller closes the interceptor."""
     return build_callback_path(settings, store, metrics or BridgeMetrics(), modes, reader=reader,
-                               keep_ends=keep_ends, on_primary_commit=on_primary_commit)
+                               keep_ends=keep_ends, on_primary_commit=on_primary_commit, keeper=keeper, clock=clock)
 
 
 def interceptor(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
