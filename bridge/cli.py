@@ -8,7 +8,6 @@ environment variables it reads (``ENVIRONMENT``). Times are shown in the operato
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -20,11 +19,10 @@ import click
 from alembic.util import CommandError
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from bridge.config import ConfigError, Settings, local_zone_name
-from bridge.domain.errors import BridgeError, SchemaMismatchError, StorageError
+from bridge.domain.errors import BridgeError, StorageError
+from bridge.storage.errors import STORE_FAILURES, describe_store_failure, url_without_password
 
 if TYPE_CHECKING:
     from bridge.bootstrap import Store
@@ -63,6 +61,10 @@ ENVIRONMENT: dict[str, tuple[str, ...]] = {
 }
 
 
+# What `_error_line` words; anything else is click's own (usage errors) or a bug, and shows as one.
+_WORDED_FAILURES: tuple[type[Exception], ...] = (BridgeError, ConfigError, OSError, *STORE_FAILURES)
+
+
 class _Command(click.Command):
     """A command whose --help ends with the environment variables it reads."""
 
@@ -89,7 +91,7 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except BrokenPipeError:
             raise  # the reader went away (`| head`): click's own handling
-        except (BridgeError, ConfigError, SQLAlchemyError, sqlite3.Error, CommandError, OSError) as exc:
+        except _WORDED_FAILURES as exc:
             _fail(_error_line(exc))
 
 
@@ -102,27 +104,13 @@ def _error_line(exc: BaseException) -> str:
     """One line for a failure: its code or kind, the cause, and the target (the store, a file)."""
     if isinstance(exc, ConfigError):
         return str(exc)
-    if isinstance(exc, CommandError):  # Alembic refused (an unknown or unreachable revision)
-        return f"alembic: {exc}; the bridge store at {_store_where()} is unchanged"
     if isinstance(exc, OSError):
         target = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or type(exc).__name__}{target}"
-    if (isinstance(exc, BridgeError) and not isinstance(exc, StorageError)) or isinstance(exc, SchemaMismatchError):
-        return f"{exc.code}: {exc.message}"  # a schema refusal names the store and both revisions itself
-    from bridge.storage.errors import store_failure_cause, translate_operational_error
-
-    if isinstance(exc, StorageError):
-        error = exc
-    elif isinstance(exc, DBAPIError):
-        error = translate_operational_error(exc)
-    else:  # another SQLAlchemy error, or sqlite3's own (read before the engine connects)
-        error = StorageError("the bridge store failed", driver_error=type(exc).__name__)
-    settings = _settings()
-    where = _store_where(settings)
-    message = (error.message.replace("the bridge store", f"the bridge store at {where}", 1)
-               if "the bridge store" in error.message else f"{error.message} ({where})")
-    cause = store_failure_cause(exc, settings.database_url)
-    return f"{error.code}: {message}" + (f": {cause}" if cause else "")
+    if isinstance(exc, BridgeError) and not isinstance(exc, StorageError):
+        return f"{exc.code}: {exc.message}"
+    failure = describe_store_failure(exc, _settings().database_url)
+    return failure.line if failure is not None else f"{type(exc).__name__}: {exc}"
 
 
 def _store_where(settings: Settings | None = None) -> str:
@@ -187,11 +175,6 @@ def operator_zone(settings: Settings) -> str:
     return settings.legacy_tz or local_zone_name()
 
 
-def safe_url(url: str) -> str:
-    """The store URL without its password, for output."""
-    return make_url(url).render_as_string(hide_password=True)
-
-
 @click.group(cls=_Group)
 @click.version_option(package_name="ql-bridge", prog_name=PROG, message="%(prog)s %(version)s")
 def main() -> None:
@@ -220,7 +203,7 @@ def db_upgrade(revision: str) -> None:
               f"{_store_where(settings)} is unchanged")
     finally:
         store.close()
-    click.echo(f"bridge store {safe_url(settings.database_url)} is at revision {reached}")
+    click.echo(f"bridge store {url_without_password(settings.database_url)} is at revision {reached}")
 
 
 @main.command()
@@ -243,7 +226,7 @@ def status() -> None:
     finally:
         store.close()
     console = _console()
-    console.print(f"store    {safe_url(settings.database_url)} ({summary.backend})")
+    console.print(f"store    {url_without_password(settings.database_url)} ({summary.backend})")
     state = "up to date" if summary.up_to_date else f"this code is at {summary.head}: run `{PROG} db upgrade`"
     console.print(f"schema   {summary.revision or 'empty'} ({state})")
     console.print(f"modes    {modes or 'not read until the schema is current'}")
