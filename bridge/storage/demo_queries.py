@@ -14,6 +14,8 @@ from bridge.storage.schema import mismatches_table, run_events_table, runs_table
 
 @dataclass(frozen=True)
 class DemoTally:
+    """The demo store's rows, counted."""
+
     runs: Mapping[str | None, Mapping[str, int]]  # origin (None: not known) → status → Runs
     events: Mapping[str, int]  # event type → events
     mismatches: int

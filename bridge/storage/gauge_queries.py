@@ -30,6 +30,8 @@ _o, _m, _p = projection_outbox_table, mismatches_table, reconcile_passes_table
 
 @dataclass(frozen=True)
 class OutboxDepth:
+    """Projection outbox rows not yet applied and parked ones, each counted up to ROW_CAP."""
+
     pending: int
     oldest_pending_created_at_ms: int | None  # None: nothing is pending
     parked: int
@@ -83,6 +85,7 @@ def _in_transaction(conn: Connection, query: Callable[[Connection], T]) -> T:
 
 
 def outbox_depth(conn: Connection) -> OutboxDepth:
+    """The outbox's pending rows, the oldest one's creation time, and its parked rows."""
     # Walks ix_projection_outbox_state_due from the front; applied rows (kept a week) are never read.
     pending = (select(_o.c.created_at_ms).where(_o.c.state == "pending")
                .order_by(_o.c.next_attempt_at_ms, _o.c.id).limit(ROW_CAP).subquery())
