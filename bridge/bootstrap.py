@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from bridge.jobs.project import ProjectorThread
     from bridge.jobs.reconcile import Reconciler
     from bridge.jobs.stop_decisions import StopDecisions
-    from bridge.metrics_store import StoreGauges
+    from bridge.metrics.store_gauges import StoreGauges
     from bridge.service.ports import StepRunReader
     from bridge.service.queries import RunQueries
     from bridge.service.reconcile import ReconcileStore
@@ -210,10 +210,11 @@ def build_token_authority(settings: Settings) -> LegacyTokenAuthority | None:
 
 def build_store_gauges(settings: Settings, store: Store) -> StoreGauges:
     """The gauges read from the store at scrape time; reconcile and coverage only with a 2.x to compare with."""
-    from bridge.metrics_store import StoreGauges
+    from bridge.metrics.store_gauges import StoreGauges
+    from bridge.storage.gauge_queries import read_gauges
 
     interval = settings.reconcile_interval_s if settings.legacy_database_path is not None else None
-    return StoreGauges(store.engine, reconcile_interval_s=interval)
+    return StoreGauges(partial(read_gauges, store.engine), reconcile_interval_s=interval)
 
 
 def build_container(settings: Settings, *, schedule_reconciler: bool = False,

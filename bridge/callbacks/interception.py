@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
@@ -380,9 +379,8 @@ class ShadowInterceptor:
         database's state, when it cannot be read; the failure is counted and a new state logged."""
         try:
             cron = self._reader.get_cron(cron_id)
-        except (BridgeError, sqlite3.Error) as exc:
-            state = self._reader.state_of(exc) if isinstance(exc, sqlite3.Error) else getattr(exc, "reason", "")
-            state = str(state or "unreadable")
+        except BridgeError as exc:  # the reader's LegacyDatabaseError, its reason the database's state
+            state = str(getattr(exc, "reason", "") or "unreadable")
             self._metrics.legacy_database_unavailable(state, "shadow")
             if state != self._legacy_state:
                 self._legacy_state = state

@@ -8,13 +8,21 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+from alembic.util import CommandError
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
-from bridge.domain.errors import RunVersionConflictError, StorageError, StoreBusyError, StoreUnavailableError
+from bridge.domain.errors import (
+    RunVersionConflictError,
+    SchemaMismatchError,
+    StorageError,
+    StoreBusyError,
+    StoreUnavailableError,
+)
 from bridge.service.ports import DedupeKeyTakenError, IdempotencyKeyTakenError
 from bridge.storage.engine import READ_ONLY
 from legacy_adapters.errors import LegacyDatabaseError
@@ -104,6 +112,54 @@ def store_failure_cause(exc: BaseException, url: str | URL) -> str | None:
     if sqlstate.startswith("57P"):
         return "the server is starting up or shutting down"
     return None
+
+
+def url_without_password(url: str | URL) -> str:
+    """A store URL as it may be shown: everything but its password."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+# What describe_store_failure describes: the bridge's own StorageError, any SQLAlchemy error (the drivers'
+# arrive wrapped in DBAPIError), sqlite3's own (raised while a SQLite file is looked at before an engine
+# connects) and Alembic's refusal of a revision. A caller catches exactly these to hand them over.
+STORE_FAILURES: tuple[type[Exception], ...] = (StorageError, SQLAlchemyError, sqlite3.Error, CommandError)
+
+
+@dataclass(frozen=True)
+class StoreFailure:
+    """A failure of the bridge store told in one line. ``code`` is the bridge error code (what a log or a
+    recorded result keeps); None for Alembic's refusal, which is not a bridge error."""
+
+    code: str | None
+    line: str
+
+
+def describe_store_failure(exc: BaseException, database_url: str | URL) -> StoreFailure | None:
+    """``exc`` as a failure of the store at ``database_url``: its code, then one line naming the store (never
+    its password) and, when the driver says, the cause (`store_failure_cause`). None when ``exc`` is not one
+    of STORE_FAILURES, so a caller can fall back to its own wording.
+
+    A driver error gets the code `translate_operational_error` gives it (STORE_BUSY, STORE_UNAVAILABLE,
+    STORAGE_ERROR); another SQLAlchemy error or a bare sqlite3 one is STORAGE_ERROR. A caller for whom a
+    bare sqlite3 error means some other file (2.x's database) must tell that apart before calling.
+    """
+    if isinstance(exc, CommandError):  # raised before anything changed: an unknown or unreachable revision
+        return StoreFailure(None, f"alembic: {exc}; the bridge store at {store_location(database_url)} is unchanged")
+    if isinstance(exc, SchemaMismatchError):  # its message names the store and both revisions itself
+        return StoreFailure(exc.code, f"{exc.code}: {exc.message}")
+    if isinstance(exc, StorageError):
+        error = exc
+    elif isinstance(exc, DBAPIError):
+        error = translate_operational_error(exc)
+    elif isinstance(exc, (SQLAlchemyError, sqlite3.Error)):
+        error = StorageError("the bridge store failed", driver_error=type(exc).__name__)
+    else:
+        return None
+    where = store_location(database_url)
+    message = (error.message.replace("the bridge store", f"the bridge store at {where}", 1)
+               if "the bridge store" in error.message else f"{error.message} ({where})")
+    cause = store_failure_cause(exc, database_url)
+    return StoreFailure(error.code, f"{error.code}: {message}" + (f": {cause}" if cause else ""))
 
 
 def _driver_error(exc: BaseException) -> BaseException | None:

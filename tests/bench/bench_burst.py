@@ -48,7 +48,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, case, func, select
 
-from bridge.demo import CURL_HEADERS, free_port
+from bridge.cli.demo import CURL_HEADERS, free_port
 from bridge.storage.engine import READ_ONLY, make_engine
 from bridge.storage.schema import runs_table
 from legacy_adapters.callbacks import render_status_body

@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bridge.demo import bridge_process, free_port, migrated, serve_env
+from bridge.cli.demo import bridge_process, free_port, migrated, serve_env
 from legacy_adapters.seam_block import render_block
 from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble

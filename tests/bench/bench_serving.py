@@ -33,7 +33,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
+from bridge.cli.demo import CURL_HEADERS, bridge_process, free_port, serve_env
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from tests.bench.bench_shadow_http import double_process

@@ -93,7 +93,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import func, select
 
-from bridge.demo import CURL_HEADERS, free_port, stop_process
+from bridge.cli.demo import CURL_HEADERS, free_port, stop_process
 from bridge.storage.engine import make_engine
 from bridge.storage.schema import mismatches_table, run_events_table, runs_table
 from legacy_adapters.callbacks import render_status_body
@@ -295,7 +295,7 @@ def bridge_env(base: dict[str, str], **values: str) -> dict[str, str]:
 
 @contextmanager
 def bridge_server(name: str, env: dict[str, str], url: str, log_path: Path) -> Iterator[BridgeHandle]:
-    """Like bridge.demo.bridge_process, but stderr goes to a file: a pipe nobody reads would fill up under load
+    """Like bridge.cli.demo.bridge_process, but stderr goes to a file: a pipe nobody reads would fill up under load
     (the server's log and the shadow warnings go to stderr) and block the worker."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve"], env=env,

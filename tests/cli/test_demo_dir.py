@@ -38,7 +38,7 @@ def test_a_file_given_as_the_folder_is_refused_and_kept(cli: Cli, tmp_path: Path
 
 
 def test_a_new_or_empty_folder_is_taken_and_marked(tmp_path: Path) -> None:
-    from bridge.demo import claim_workdir
+    from bridge.cli.demo import claim_workdir
 
     fresh, empty = tmp_path / "a" / "new", tmp_path / "empty"
     empty.mkdir()
@@ -49,7 +49,7 @@ def test_a_new_or_empty_folder_is_taken_and_marked(tmp_path: Path) -> None:
 
 
 def test_a_folder_an_earlier_demo_made_is_emptied_and_stays_marked(tmp_path: Path) -> None:
-    from bridge.demo import claim_workdir
+    from bridge.cli.demo import claim_workdir
 
     folder = tmp_path / "demo"
     claim_workdir(folder)
@@ -63,7 +63,7 @@ def test_a_folder_an_earlier_demo_made_is_emptied_and_stays_marked(tmp_path: Pat
 
 
 def test_a_symlink_is_never_followed_into(tmp_path: Path) -> None:
-    from bridge.demo import DemoFolderRefusedError, claim_workdir
+    from bridge.cli.demo import DemoFolderRefusedError, claim_workdir
 
     target = tmp_path / "elsewhere"
     target.mkdir()

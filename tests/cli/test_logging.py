@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bridge.cli.demo import bridge_process, free_port, read_log
 from bridge.config import ConfigError, Settings
-from bridge.demo import bridge_process, free_port, read_log
 from bridge.web.server import ClientDataFilter
 from tests.cli.conftest import Cli
 

@@ -130,7 +130,7 @@ def test_db_roles_updates_existing_roles_and_replaces_their_privileges(postgres_
 def test_the_command_line_grants_and_refuses_a_sqlite_store(postgres_backend: Backend, postgres_schema: str,
                                                             postgres_url: str, tmp_path: Path,
                                                             sqlite_template: Path) -> None:
-    from bridge.cli import db_roles
+    from bridge.cli.commands import db_roles
 
     names = (f"t_cli_rt_{uuid.uuid4().hex[:8]}", f"t_cli_ro_{uuid.uuid4().hex[:8]}")
     cli = Cli({**{k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")},

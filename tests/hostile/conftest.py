@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port, read_log, serve_env
+from bridge.cli.demo import CURL_HEADERS, bridge_process, free_port, read_log, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from legacy_adapters.callbacks import render_status_body

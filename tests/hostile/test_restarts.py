@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
+from bridge.cli.demo import CURL_HEADERS, bridge_process, free_port, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.schema import mismatches_table, runs_table
 from legacy_adapters.callbacks import render_status_body

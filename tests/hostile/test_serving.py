@@ -261,7 +261,7 @@ class SlowLink:
 @pytest.fixture
 def slow_site(tmp_path: Path, store: tuple[str, str | None]) -> Iterator[Site]:
     """A bridge whose 2.x answers each request 2 s late."""
-    from bridge.demo import bridge_process, free_port, serve_env
+    from bridge.cli.demo import bridge_process, free_port, serve_env
     from legacy_adapters.testing.datadir import create_legacy_data_dir
     from legacy_adapters.testing.double import Legacy2xDouble
 

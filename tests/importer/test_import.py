@@ -440,7 +440,7 @@ def test_rows_of_one_execution_in_two_batches_still_make_one_run(env: ImportEnv)
 
 def test_the_reconciler_and_the_report_leave_every_row_of_an_imported_execution_alone(env: ImportEnv) -> None:
     from bridge.bootstrap import report_sources
-    from bridge.demo import ALL_ORIGINS
+    from bridge.cli.demo import ALL_ORIGINS
     from bridge.jobs.report.build import build_report
     from bridge.service.ports import StaticModes
     from tests.importer.conftest import judging_all_history

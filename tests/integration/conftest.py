@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from bridge.demo import Shell, migrated, serving_bridge
+from bridge.cli.demo import Shell, migrated, serving_bridge
 from bridge.storage.engine import make_engine
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble

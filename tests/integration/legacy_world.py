@@ -18,8 +18,8 @@ import pytest
 from bridge.bootstrap import Store
 from bridge.callbacks.interception import ShadowInterceptor
 from bridge.callbacks.routes import intercepted_route
+from bridge.cli.demo import ALL_ORIGINS
 from bridge.config import Settings
-from bridge.demo import ALL_ORIGINS
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService

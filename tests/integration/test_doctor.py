@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.demo import free_port, migrated
+from bridge.cli.demo import free_port, migrated
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bridge.cli.demo import Shell, migrated, serving_bridge
 from bridge.config import Settings
-from bridge.demo import Shell, migrated, serving_bridge
 from bridge.storage.engine import make_engine
 from bridge.storage.pending_ends import SqlPendingEnds
 from bridge.storage.reconcile_queries import SqlReconcileStore

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from bridge.demo import Shell, migrated, serving_bridge
+from bridge.cli.demo import Shell, migrated, serving_bridge
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port, serve_env
+from bridge.cli.demo import CURL_HEADERS, bridge_process, free_port, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.reconcile_queries import SqlReconcileStore

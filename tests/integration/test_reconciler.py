@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from bridge.demo import ALL_ORIGINS
+from bridge.cli.demo import ALL_ORIGINS
 from bridge.jobs.reconcile import Reconciler, ReconcileSettings
 from bridge.metrics import BridgeMetrics
 from bridge.service.callback_facts import CallbackFacts, ExecutionContext

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from bridge.demo import bridge_process, free_port, migrated, serve_env
+from bridge.cli.demo import bridge_process, free_port, migrated, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.schema import runs_table
 from legacy_adapters.seam_block import PROBE_TIMEOUT_S, render_block

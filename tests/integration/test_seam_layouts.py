@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from bridge.demo import bridge_process, free_port, serve_env
+from bridge.cli.demo import bridge_process, free_port, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.schema import runs_table

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import select
 
 from bridge.bootstrap import build_store
-from bridge.demo import CURL_HEADERS, serving_bridge
+from bridge.cli.demo import CURL_HEADERS, serving_bridge
 from bridge.service.ports import StaticModes
 from bridge.storage.engine import make_engine
 from bridge.storage.schema import mismatches_table, run_attempts_table, run_events_table, runs_table

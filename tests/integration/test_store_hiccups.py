@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, event, select, text
 from sqlalchemy.pool import NullPool
 
-from bridge.demo import Shell, migrated, serving_bridge
+from bridge.cli.demo import Shell, migrated, serving_bridge
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.flags import CachedModes, FlagService

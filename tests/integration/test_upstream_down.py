@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
-from bridge.demo import CURL_HEADERS, bridge_process, free_port, read_log, serve_env
+from bridge.cli.demo import CURL_HEADERS, bridge_process, free_port, read_log, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
 from bridge.storage.schema import runs_table

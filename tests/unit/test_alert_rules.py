@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridge.demo import CURL_HEADERS, migrated, serving_bridge
+from bridge.cli.demo import CURL_HEADERS, migrated, serving_bridge
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble

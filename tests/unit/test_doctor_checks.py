@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bridge.cli.doctor import Check, Evidence, check_coverage, check_process_identity, check_shell_port, check_time_zone
 from bridge.config import Settings
-from bridge.doctor import Check, Evidence, check_coverage, check_process_identity, check_shell_port, check_time_zone
 from bridge.service.seam import OriginCoverage
 from legacy_adapters.install import BackendProcess, log_name_offset_s
 

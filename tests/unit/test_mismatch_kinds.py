@@ -14,8 +14,8 @@ from sqlalchemy import insert
 import bridge.jobs.reconcile
 import projections.reconcile
 from bridge.domain.mismatches import CALLBACK_MISMATCH_KINDS, CRON_KINDS, RECONCILER_KINDS, MismatchKind
-from bridge.metrics_store import MISMATCH_KINDS, _mismatches
 from bridge.storage import reconcile_queries
+from bridge.storage.gauge_queries import MISMATCH_KINDS, open_mismatches
 from bridge.storage.schema import mismatches_table
 from projections.reconcile import Finding
 from tests.conftest import Backend
@@ -65,5 +65,5 @@ def test_the_gauge_counts_an_open_mismatch_of_every_kind(sql_backend: Backend) -
     with sql_backend.engine.begin() as conn:
         conn.execute(insert(mismatches_table), rows)
     with sql_backend.engine.connect() as conn:
-        counted = _mismatches(conn)
+        counted = open_mismatches(conn)
     assert counted == {(kind.value, "manual"): 1 for kind in MismatchKind}

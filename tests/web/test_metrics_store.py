@@ -8,6 +8,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,15 @@ from sqlalchemy import Engine, create_engine, event, insert, text
 from bridge.bootstrap import build_container
 from bridge.config import Settings
 from bridge.metrics import BridgeMetrics
-from bridge.metrics_store import MISMATCH_KINDS, ROW_CAP, StoreGauges, _last_ok, _mismatches, _outbox
+from bridge.metrics.store_gauges import StoreGauges
+from bridge.storage.gauge_queries import (
+    MISMATCH_KINDS,
+    ROW_CAP,
+    last_ok_pass_ms,
+    open_mismatches,
+    outbox_depth,
+    read_gauges,
+)
 from bridge.storage.schema import mismatches_table, projection_outbox_table, reconcile_passes_table, runs_table
 from tests.conftest import Backend
 from tests.web.asgi_client import bridge_client
@@ -38,7 +47,8 @@ class Clock:
 
 def gauges(backend: Backend, clock: Clock | None = None, interval_s: int | None = 60) -> tuple[StoreGauges, Any]:
     assert backend.engine is not None
-    collector = StoreGauges(backend.engine, reconcile_interval_s=interval_s, clock=clock or Clock())
+    collector = StoreGauges(partial(read_gauges, backend.engine), reconcile_interval_s=interval_s,
+                            clock=clock or Clock())
     metrics = BridgeMetrics()
     metrics.registry.register(collector)
     return collector, metrics
@@ -134,7 +144,7 @@ def test_shadow_coverage_is_recorded_over_executions_2x_ran_per_origin(sql_backe
 def _with_wall_clock(backend: Backend) -> BridgeMetrics:
     assert backend.engine is not None
     metrics = BridgeMetrics()
-    metrics.registry.register(StoreGauges(backend.engine, reconcile_interval_s=60))
+    metrics.registry.register(StoreGauges(partial(read_gauges, backend.engine), reconcile_interval_s=60))
     return metrics
 
 
@@ -188,7 +198,7 @@ def test_each_gauge_statement_stays_on_an_index(sql_backend: Backend, statement:
     seed(sql_backend, reconcile_passes_table, [{"started_at_ms": NOW_MS - i, "finished_at_ms": NOW_MS - i,
                                                 "result": "ok"} for i in range(50)])
     assert sql_backend.engine is not None
-    query = {"outbox": _outbox, "mismatches": _mismatches, "last_ok": _last_ok}[statement]
+    query = {"outbox": outbox_depth, "mismatches": open_mismatches, "last_ok": last_ok_pass_ms}[statement]
 
     for sql, params in _captured_statements(sql_backend.engine, query):
         plan = sql_backend.query_plan(sql, params)
@@ -211,7 +221,7 @@ def _captured_statements(engine: Engine, query: Any) -> list[tuple[str, Any]]:
 
 
 def test_counts_stop_at_the_cap(sql_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("bridge.metrics_store.ROW_CAP", 3)
+    monkeypatch.setattr("bridge.storage.gauge_queries.ROW_CAP", 3)
     seed(sql_backend, projection_outbox_table, [outbox_row("pending", NOW_MS - 1000) for _ in range(5)])
     seed(sql_backend, mismatches_table, [mismatch("missing", "manual") for _ in range(5)])
     _, metrics = gauges(sql_backend)
@@ -226,7 +236,7 @@ def test_counts_stop_at_the_cap(sql_backend: Backend, monkeypatch: pytest.Monkey
 def test_a_store_that_cannot_be_read_never_fails_the_scrape(tmp_path: Path, upstream: FakeUpstream) -> None:
     broken = create_engine(f"sqlite:///{tmp_path}/no-such-dir/bridge.sqlite")
     container = make_container(upstream)
-    container.metrics.registry.register(StoreGauges(broken, reconcile_interval_s=60))
+    container.metrics.registry.register(StoreGauges(partial(read_gauges, broken), reconcile_interval_s=60))
 
     response = bridge_client(container).get("/metrics")
     container.http.close()

@@ -5,7 +5,7 @@ their standard names (`process_resident_memory_bytes`, `python_info`), so stock 
 are. Counters end in `_total`
 and timings are in seconds. Labels are bounded by construction: every label value passes through an
 allowlist, so a cron id, run id, command or user can never become a label (anything unknown is reported as
-"other"). The store-backed gauges are bridge/metrics_store.py's, registered here by bootstrap.
+"other"). The store-backed gauges are ``store_gauges``' (beside this module), registered here by bootstrap.
 """
 
 from __future__ import annotations

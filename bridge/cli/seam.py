@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bridge.cli.doctor import SHELLS, Check, inherited_environment, render, seam_checks
+from bridge.cli.failures import CommandFailedError
 from bridge.config import Settings
-from bridge.doctor import SHELLS, Check, inherited_environment, render, seam_checks
 from legacy_adapters.config_sh import (
     ConfigSh,
     back_up,
@@ -42,7 +43,7 @@ Echo = Callable[[str], None]
 Probe = Callable[[int], str | None]
 
 
-class SeamRefusedError(Exception):
+class SeamRefusedError(CommandFailedError):
     """A seam change that cannot be made safely; nothing was changed. The message is the whole line."""
 
 

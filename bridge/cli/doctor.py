@@ -52,6 +52,12 @@ class Evidence:
     passes_ran: bool
 
 
+def examine(settings: Settings) -> tuple[list[str], int]:
+    """`ql-bridge doctor`: every check's lines, and the exit status (1 when any check failed)."""
+    checks = run_checks(gather(settings))
+    return render(checks), 1 if any(check.verdict == "fail" for check in checks) else 0
+
+
 def run_checks(evidence: Evidence) -> list[Check]:
     return [evidence.store, evidence.legacy_database, evidence.upstream, check_backend_port(evidence),
             check_shell_port(evidence), check_coverage(evidence), check_time_zone(evidence),

@@ -25,12 +25,13 @@ import httpx
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
-from sqlalchemy import func, select
 
+from bridge.cli.failures import CommandFailedError
+from bridge.domain.errors import BridgeError
 from bridge.domain.model import Origin
+from bridge.storage.demo_queries import tally
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import upgrade
-from bridge.storage.schema import mismatches_table, run_events_table, runs_table
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
@@ -213,22 +214,17 @@ def scenarios(shell: Shell, double: Legacy2xDouble, crons: Crons, now_s: int) ->
 def summary(database_url: str) -> tuple[Table, dict[str, int], int]:
     engine = make_engine(database_url)
     try:
-        with engine.connect() as conn:
-            origin = runs_table.c.origin
-            rows = conn.execute(select(origin, runs_table.c.status, func.count()).group_by(origin, runs_table.c.status))
-            counts: dict[str, dict[str, int]] = {}
-            for name, status, count in rows:
-                counts.setdefault(name or "unknown", {})[status] = count
-            events: dict[str, int] = dict(conn.execute(select(run_events_table.c.type, func.count())
-                                       .group_by(run_events_table.c.type)).all())
-            mismatches = conn.execute(select(func.count()).select_from(mismatches_table)).scalar_one()
+        counted = tally(engine)
     finally:
         engine.dispose()
+    counts: dict[str, dict[str, int]] = {}
+    for name, by_status in counted.runs.items():
+        counts.setdefault(name or "unknown", {}).update(by_status)
     table = Table("origin", "runs", "by status", title="What the shadow store recorded")
     for name in sorted(counts):
         by_status = counts[name]
         table.add_row(name, str(sum(by_status.values())), ", ".join(f"{s} {n}" for s, n in sorted(by_status.items())))
-    return table, events, mismatches
+    return table, dict(counted.events), counted.mismatches
 
 
 # Written first into the folder the demo works in: only a folder holding it is ever emptied by a later run.
@@ -260,6 +256,14 @@ def claim_workdir(workdir: Path) -> None:
                 child.unlink()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / DEMO_MARKER).write_text("made by `ql-bridge demo`; the next demo run empties this folder\n")
+
+
+def show_demo(workdir: Path, console: Console) -> None:
+    """`ql-bridge demo` in ``workdir``; whatever stops it is one line and exit status 1."""
+    try:
+        run_demo(workdir, console)
+    except (BridgeError, RuntimeError, OSError) as exc:
+        raise CommandFailedError(f"demo failed: {exc}", exit_code=1) from exc
 
 
 def run_demo(workdir: Path, console: Console) -> None:
