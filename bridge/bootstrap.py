@@ -257,7 +257,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
 
         closers.append(JournalReplayer(keeper.keeper, interceptor.execute_fact).start().close)
         if schedule_reconciler:
-            closers.extend(_start_jobs(settings, store, metrics, flags, modes, reader, callbacks.stops,
+            closers.extend(_start_jobs(settings, store, metrics, flags, modes, reader, callbacks.stops, keeper.keeper,
                                        recovery_deferred=recovery_deferred))
     return Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store,
                      flags=flags, modes=modes, interceptor=interceptor, callback_forward=callback_forward,
@@ -275,6 +275,20 @@ class KeptFacts:
         self.journal.close()
 
 
+def journal_holds_facts(settings: Settings) -> bool:
+    """Whether the local journal kept facts a previous process could not write (startup recovery waits for them)."""
+    from bridge.storage.journal import SqliteFactJournal
+
+    path = settings.data_dir / JOURNAL_FILE
+    if not path.exists():
+        return False
+    journal = SqliteFactJournal(path, capacity=settings.journal_max_facts)
+    try:
+        return journal.size() > 0
+    finally:
+        journal.close()
+
+
 def build_fact_keeper(settings: Settings, metrics: BridgeMetrics, clock: Clock | None = None) -> KeptFacts:
     """The fact journal beside the bridge's data (``BRIDGE_DATA_DIR``; one per process that serves), its keeper,
     and its gauges."""
@@ -288,7 +302,7 @@ def build_fact_keeper(settings: Settings, metrics: BridgeMetrics, clock: Clock |
 
 
 def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService, modes: CachedModes,
-                reader: LegacyReader, stops: StopDecisions, *,
+                reader: LegacyReader, stops: StopDecisions, keeper: FactKeeper, *,
                 recovery_deferred: bool) -> list[Callable[[], object]]:
     """What runs beside the callbacks in the serving process: pending ends decided once their window is over,
     reconcile and housekeeping. Returns their closers."""
@@ -299,7 +313,7 @@ def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags:
     decider = StopDeciderThread(stops, decider_interval_s(settings.stop_decision_window_s)).start()
     reconciler = build_reconciler(settings, store, metrics, flags, modes, reader=reader)
     clock = SystemClock()
-    job = _recovering_first(reconciler, store, metrics) if recovery_deferred else reconciler.run_once
+    job = _reconcile_job(reconciler, store, metrics, keeper, recovery_deferred=recovery_deferred)
     prunes = bookkeeping_prunes(store.engine)
     scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
                                          lambda: run_housekeeping(prunes, clock.now_ms()), INTERVAL_S)
@@ -342,11 +356,16 @@ def _recover(store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
                               decisions=decisions, recorder=recorder, metrics=metrics)
 
 
-def _recovering_first(reconciler: Reconciler, store: Store, metrics: BridgeMetrics) -> Callable[[], object]:
-    """The reconcile job, preceded by startup recovery until a recovery defers nothing any more."""
-    pending = [True]
+def _reconcile_job(reconciler: Reconciler, store: Store, metrics: BridgeMetrics, keeper: FactKeeper, *,
+                   recovery_deferred: bool) -> Callable[[], object]:
+    """The reconcile job. While the local journal holds facts the store has not got yet, no pass runs: it would
+    judge executions whose facts are still on their way (a `missing` that is not, a Run called lost). When
+    startup recovery was deferred, it runs first, until a recovery defers nothing any more."""
+    pending = [recovery_deferred]
 
     def job() -> object:
+        if keeper.holding:
+            return None
         if pending[0]:
             outcomes = _recover(store, reconciler.reader, metrics)
             pending[0] = any(outcome.startswith("deferred:") for outcome in outcomes)

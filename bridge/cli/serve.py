@@ -33,7 +33,7 @@ def _prepare_serving(settings: Settings) -> tuple[str, bool]:
     """Before listening: the store is current and writable, flags are seeded once, unfinished Runs are checked.
 
     Returns the origins not off, and whether recovery left Runs for later (2.x's database did not read)."""
-    from bridge.bootstrap import build_flags, recover_unfinished_runs
+    from bridge.bootstrap import build_flags, journal_holds_facts, recover_unfinished_runs
     from bridge.storage.migrate import require_writable
 
     store = current_store(settings)
@@ -50,7 +50,12 @@ def _prepare_serving(settings: Settings) -> tuple[str, bool]:
                 f"BRIDGE_LEGACY_DATA_DIR is not set, but the flags put {', '.join(recording)} in shadow or primary "
                 f"mode: set it to 2.x's data directory, or `{PROG} flags set <origin> off`")
         deferred = False
-        if settings.legacy_database_path is not None:
+        if settings.legacy_database_path is not None and journal_holds_facts(settings):
+            # The last process kept facts the store did not take: they are replayed first, and the open Runs are
+            # judged once they are in (a Run whose end is in the journal is not lost).
+            _log.info("startup recovery waits: the local journal holds facts to replay first")
+            deferred = True
+        elif settings.legacy_database_path is not None:
             outcomes = recover_unfinished_runs(settings, store)  # refuses a file that is not 2.x's database
             deferred = any(outcome.startswith("deferred:") for outcome in outcomes)
             if outcomes:

@@ -125,3 +125,16 @@ def test_a_restarted_process_holds_what_the_last_one_kept(tmp_path: Path) -> Non
     assert keeper.holding and keeper.replay_once(executed.append) == 1
     assert executed == [end(3, 7)]
     journal.close()
+
+
+def test_serving_knows_at_start_that_the_last_process_left_facts_to_replay(tmp_path: Path) -> None:
+    from bridge.bootstrap import JOURNAL_FILE, journal_holds_facts
+    from bridge.config import Settings
+
+    settings = Settings.from_env({"BRIDGE_DATA_DIR": str(tmp_path)})
+    assert not journal_holds_facts(settings)  # no journal yet: nothing to wait for
+    journal = SqliteFactJournal(tmp_path / JOURNAL_FILE, capacity=10)
+    assert not journal_holds_facts(settings)
+    FactKeeper(journal, BridgeMetrics(), Clock()).keep(end(3, 7), "store_unavailable")
+    journal.close()
+    assert journal_holds_facts(settings)
