@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +36,7 @@ from legacy_adapters.testing.double import Legacy2xDouble
 from tests.bench.stores import fresh_store
 from tests.hostile.conftest import Site, bridge_process, free_port, serve_env, start_site
 from tests.support.fault_relay import fault_relay
+from tests.support.sqlite_lock import held_by_another_process
 
 pytestmark = pytest.mark.hostile
 BUDGET_S = 2.0  # start_site's BRIDGE_SHADOW_BUDGET_MS
@@ -207,22 +206,6 @@ def test_postgres_going_silent_holds_no_task_and_loses_no_fact(tmp_path: Path, p
             if mode == "primary":
                 assert metric(site, "ql_bridge_primary_fallback_total") > 0  # some went to 2.x meanwhile
     direct.dispose()
-
-
-@contextmanager
-def held_by_another_process(database: Path) -> Iterator[None]:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sqlite3, sys\n"
-         f"c = sqlite3.connect({str(database)!r}, isolation_level=None)\n"
-         "c.execute('BEGIN EXCLUSIVE')\nprint('held', flush=True)\nsys.stdin.read()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        yield
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=10)
 
 
 def test_a_sqlite_store_held_by_another_process_holds_no_task_and_loses_no_fact(tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ that two runs of the same executions can be compared fact for fact.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +32,7 @@ from legacy_adapters.testing.double import Legacy2xDouble
 from tests.conftest import Backend
 from tests.support import wiring
 from tests.support.routes import SHELL_STATUS
+from tests.support.sqlite_lock import held_by_another_process
 
 HOUR = 1_796_216_400  # a whole hour (UTC): "0 * * * *" matches a begin one second later
 EVERY_ORIGIN = StaticModes(frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"}))
@@ -120,23 +119,6 @@ def world(backend: Backend, root: Path) -> Iterator[World]:
     finally:
         path.interceptor.close()
         journal.close()
-
-
-@contextmanager
-def held_by_another_process(database: str) -> Iterator[None]:
-    """Another process (an operator's sqlite3 shell, a backup tool) holding the store's write lock."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sqlite3, sys\n"
-         f"c = sqlite3.connect({database!r}, isolation_level=None)\n"
-         "c.execute('BEGIN EXCLUSIVE')\nprint('held', flush=True)\nsys.stdin.read()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        yield
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()  # the holder ends, and its transaction with it
-        holder.wait(timeout=10)
 
 
 EXECUTIONS = [(cron, 30_000 + n, exit_code) for n, (cron, exit_code)

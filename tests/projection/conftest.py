@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from legacy_adapters.status_writer import LegacyStatusWriter
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from projections.projector import Projector
 from tests.conftest import Backend
+from tests.support.waiting import wait_for  # noqa: F401 - the projection tests wait on the projector thread
 
 T0_MS = 1_796_216_497_123  # 2026-12-02 13:01:37.123 UTC
 EXECUTOR = Actor(ActorType.EXECUTOR, "projection-test")
@@ -177,16 +176,6 @@ class World:
 
     def retry_metric(self, result: str) -> float:
         return self.metrics.value("ql_bridge_projection_retry_total", result=result)
-
-
-def wait_for(check: Callable[[], object], timeout_s: float = 10.0) -> bool:
-    """Whether ``check`` came true within ``timeout_s`` (polled every 10 ms): for a ProjectorThread at work."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.fixture

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
 from bridge.domain.errors import StoreUnavailableError
 from bridge.service.last_known import LastKnown, inline
+from tests.support.waiting import wait_for
 
 
 class Source:
@@ -172,15 +172,6 @@ def test_a_store_that_stops_answering_never_holds_a_reader_and_only_one_refresh_
         assert answers == [{"manual": "shadow"}] * 50
     finally:
         source.answer.set()
-    assert wait_until(lambda: not kept.refreshing)
+    assert wait_for(lambda: not kept.refreshing, 5.0)
     clock.now += 1.0
     assert kept.get() == {"manual": "primary"}  # what the refresh read once the store answered
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return check()
