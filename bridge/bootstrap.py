@@ -52,6 +52,10 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from projections.projector import ProjectionMetrics, Projector
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
+# The flags in force are re-read off the callback path once they are FLAGS_TTL_S old, and asked for every
+# FRESHEN_EVERY_S whether a callback comes or not: an operator's flip is in force within about a second.
+FLAGS_TTL_S = 0.5
+FRESHEN_EVERY_S = 0.25
 JOURNAL_FILE = "journal/facts.sqlite"  # under BRIDGE_DATA_DIR: the facts the store did not take, until it does
 
 
@@ -232,8 +236,10 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
         closers.append(callback_forward.close)
     metrics.registry.register(build_store_gauges(settings, store))
     flags = build_flags(store)
-    modes = CachedModes(flags, max_stale_s=settings.flags_max_stale_s, on_failure=metrics.flags_refresh_failed)
+    modes = CachedModes(flags, ttl_s=FLAGS_TTL_S, max_stale_s=settings.flags_max_stale_s,
+                        on_failure=metrics.flags_refresh_failed)
     metrics.watch_flags_age(modes.cache.age_s)
+    closers.append(modes.cache.keep_fresh(FRESHEN_EVERY_S))
     authority = build_token_authority(settings)
     interceptor = None
     if settings.legacy_database_path is not None:
@@ -252,6 +258,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
                                         on_primary_commit=notify, keeper=keeper.keeper)
         interceptor = callbacks.interceptor
         closers.append(interceptor.close)
+        closers.append(interceptor.keep_fresh(FRESHEN_EVERY_S))
         # Drains the journal once the store takes writes; stopped first, before the lanes and the journal close.
         from bridge.callbacks.keeper import JournalReplayer
 
@@ -443,7 +450,8 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
     stops = build_stop_decisions(settings, store, recorder, reader, keep_ends=keep_ends, clock=clock)
     interceptor = ShadowInterceptor(
         recorder, reader, modes, metrics, clock,
-        budget_ms=settings.shadow_budget_ms, scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler),
+        budget_ms=settings.shadow_budget_ms, primary_budget_ms=settings.primary_budget_ms,
+        scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler),
         tz=_legacy_zone(settings), auth=auth or build_token_authority(settings), on_primary_commit=on_primary_commit,
         read_ahead=store_capabilities(store.engine).reads_are_round_trips, stops=stops, keeper=keeper)
     return CallbackPath(recorder, stops, interceptor)
@@ -465,8 +473,10 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecor
 def run_legacy_import(settings: Settings, **options: Any) -> ImportSummary:
     """`bridge import-legacy`: the import job, given the store it writes to (opened after 2.x's copy is checked)."""
     from bridge.jobs.import_legacy import run_import
+    from legacy_adapters.reader import LegacyReader
 
-    return run_import(settings, partial(build_store, settings), **options)
+    options.setdefault("clock", SystemClock())
+    return run_import(settings, partial(build_store, settings), open_reader=LegacyReader, **options)
 
 
 def requeue_parked_projections(settings: Settings) -> int:
@@ -503,8 +513,9 @@ def bookkeeping_prunes(engine: Engine) -> dict[str, Prune]:
 def write_cutover_report(settings: Settings, **options: Any) -> tuple[Path, Path]:
     """`bridge report`: the report job, given the store's side once its arguments are checked."""
     from bridge.jobs.report import run_report
+    from legacy_adapters.reader import LegacyReader
 
-    return run_report(settings, partial(_report_store, settings), **options)
+    return run_report(settings, partial(_report_store, settings), LegacyReader, **options)
 
 
 @contextmanager

@@ -33,6 +33,8 @@ class Settings:
     legacy_data_dir: Path | None = None
     shadow_origins: frozenset[str] = frozenset()
     shadow_budget_ms: int = 50
+    # How long a primary callback waits for the bridge's own write before 2.x answers it instead.
+    primary_budget_ms: int = 1000
     forward_timeout_s: float = 1800.0  # 2.x's own nginx era proxied with 1800 s timeouts
     sqlite_busy_budget_ms: int = 400
     payload_cap_bytes: int = 2048
@@ -96,6 +98,7 @@ class Settings:
             legacy_data_dir=Path(legacy_dir) if legacy_dir else None,
             shadow_origins=_origins(env.get("BRIDGE_SHADOW_ORIGINS") or ""),
             shadow_budget_ms=_int(env, "BRIDGE_SHADOW_BUDGET_MS", 50, low=1, high=10_000),
+            primary_budget_ms=_int(env, "BRIDGE_PRIMARY_BUDGET_MS", 1000, low=1, high=10_000),
             forward_timeout_s=float(_int(env, "BRIDGE_FORWARD_TIMEOUT_S", 1800, low=1, high=86_400)),
             sqlite_busy_budget_ms=_int(env, "BRIDGE_SQLITE_BUSY_BUDGET_MS", 400, low=1, high=900),
             payload_cap_bytes=_int(env, "BRIDGE_PAYLOAD_CAP_BYTES", 2048, low=256, high=65_536),

@@ -73,14 +73,15 @@ MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
 
 class ShadowInterceptor:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, modes: ModeSource, metrics: BridgeMetrics,
-                 clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, lanes: int = 4,
+                 clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, primary_budget_ms: int = 1000,
+                 lanes: int = 4,
                  probe: ProcProbe | None = None, auth: LegacyTokenAuthority | None = None,
                  on_primary_commit: Callable[[], None] = lambda: None, read_ahead: bool = False,
                  stops: StopEvidence, keeper: FactKeeper | None = None) -> None:
         """``keeper``: where facts the store does not take are kept and replayed (none: they are counted lost)."""
         self._recorder = recorder
         self._keeper = keeper
-        self._budget_s = budget_ms / 1000
+        self._primary_budget_s = primary_budget_ms / 1000
         self._stops = stops
         self._reader = reader
         self._modes = modes
@@ -196,21 +197,26 @@ class ShadowInterceptor:
         return self._keeper is not None and self._keeper.holding
 
     def _within_budget(self, command: FactCommand | ReadEndOwner) -> object:
-        """``command`` on its cron's lane, waited for at most the shadow budget. Raises what it raised, and
+        """``command`` on its cron's lane, waited for at most the primary budget. Raises what it raised, and
         StoreBusyError when the lanes are full or the budget ran out (the command may still finish there)."""
         future = self._lanes.submit(command)
         if future is None:
             raise StoreBusyError("the write lanes are full")
         try:
-            return future.result(timeout=self._budget_s)
+            return future.result(timeout=self._primary_budget_s)
         except FutureTimeout:
-            raise StoreBusyError("the store did not answer within the shadow budget") from None
+            raise StoreBusyError("the store did not answer within the primary budget") from None
 
     def _owner_within_budget(self, facts: CallbackFacts) -> str | None:
         try:
             return cast("str | None", self._within_budget(ReadEndOwner(facts)))
         except Exception:  # noqa: BLE001 - an owner that cannot be read in time is unknown: 2.x answers
             return None
+
+    def keep_fresh(self, every_s: float) -> Callable[[], None]:
+        """Keep what the callback path reads of the store between callbacks fresh, off the callback path; returns
+        the function that stops it (nothing to keep without primary mode's answerer)."""
+        return self._primary.keep_fresh(every_s) if self._primary is not None else (lambda: None)
 
     @property
     def stop_decisions(self) -> StopEvidence:

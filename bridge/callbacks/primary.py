@@ -100,6 +100,10 @@ class PrimaryAnswerer:
                         reason)
         return ToLegacy(reason)
 
+    def keep_fresh(self, every_s: float) -> Callable[[], None]:
+        """Keep "does the bridge own an open execution" fresh off the callback path (LastKnown.keep_fresh)."""
+        return self._owned.keep_fresh(every_s)
+
     def owns_active_runs(self) -> bool:
         """Whether any bridge-owned execution may still be open (read at most once a second)."""
         return self._owned.get()

@@ -78,6 +78,19 @@ class LastKnown(Generic[T]):
         with self._lock:  # what the refresh read when it ran inline; the value held so far when it runs apart
             return self._value
 
+    def keep_fresh(self, every_s: float) -> Callable[[], None]:
+        """Ask for the value every ``every_s`` on a daemon thread, so that a refresh is due and started within
+        that long of the value turning ``ttl_s`` old, whether or not anybody reads it (an idle bridge's first
+        callback after an operator's change sees the change). Returns the function that stops it."""
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(every_s):
+                self.get()
+
+        threading.Thread(target=tick, name=f"fresh-{self._what}", daemon=True).start()
+        return stop.set
+
     def put(self, value: T) -> None:
         """A value known first-hand (this process just wrote it): in force now, as if just read."""
         with self._lock:

@@ -175,3 +175,14 @@ def test_a_store_that_stops_answering_never_holds_a_reader_and_only_one_refresh_
     assert wait_for(lambda: not kept.refreshing, 5.0)
     clock.now += 1.0
     assert kept.get() == {"manual": "primary"}  # what the refresh read once the store answered
+
+
+def test_a_value_kept_fresh_is_reread_without_any_reader(source: Source) -> None:
+    kept = LastKnown(source, what="flags", fallback={}, ttl_s=0.05)
+    stop = kept.keep_fresh(0.02)
+    try:
+        source.value = {"manual": "primary"}
+        assert wait_for(lambda: source.reads >= 3, 5.0)  # read again and again with nobody calling get()
+        assert wait_for(lambda: kept.get() == {"manual": "primary"}, 5.0)
+    finally:
+        stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bridge.domain.errors import BridgeError
@@ -50,8 +51,9 @@ def remove_copy(copy: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def checked_reader(source: Path, copy: Path) -> LegacyReader:
-    reader = LegacyReader(copy)
+def checked_reader(source: Path, copy: Path, open_reader: Callable[[Path], LegacyReader]) -> LegacyReader:
+    """A reader of the private ``copy`` (``open_reader``, given by the composition root), once it reads as 2.x's."""
+    reader = open_reader(copy)
     try:
         reader.check_is_legacy_database()
     except LegacyDatabaseError as exc:

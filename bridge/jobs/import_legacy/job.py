@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from itertools import islice
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -40,7 +41,6 @@ from bridge.jobs.import_legacy.plan import (
     speaking_rows,
 )
 from bridge.jobs.import_legacy.summary import ImportSummary
-from bridge.service.clock import SystemClock
 from bridge.service.imports import ImportStore, ImportUnitOfWork
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError
 from legacy_adapters.identity import task_revision, task_snapshot
@@ -85,9 +85,10 @@ class OpenedStore(Protocol):
     def close(self) -> None: ...
 
 
-def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *, batch_size: int = DEFAULT_BATCH_SIZE,
+def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
+               open_reader: Callable[[Path], LegacyReader], clock: Clock, batch_size: int = DEFAULT_BATCH_SIZE,
                console: Console | None = None,
-               resume: bool = True, after_batch: BatchHook | None = None, clock: Clock | None = None,
+               resume: bool = True, after_batch: BatchHook | None = None,
                write_budget_ms: int = IMPORT_WRITE_BUDGET_MS) -> ImportSummary:
     """Import 2.x's RunningInstances into the bridge store; returns what was done.
 
@@ -112,13 +113,13 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *, bat
     store = None
     try:
         private_copy(source, copy)
-        reader = checked_reader(source, copy)
+        reader = checked_reader(source, copy, open_reader)
         store = open_store()
         _require_current_schema(store)
         pacing = Pacing(batch_size, write_budget_ms / 1000) if store.single_writer else None
         uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
                                   busy_attempts=IMPORT_BUSY_ATTEMPTS)
-        summary = _Importer(settings, uow, reader, batch_size, clock or SystemClock(), pacing).run(
+        summary = _Importer(settings, uow, reader, batch_size, clock, pacing).run(
             console or Console(stderr=True), resume, after_batch)
     finally:
         if store is not None:

@@ -94,11 +94,13 @@ def parse_since(text: str | None, now_ms: int) -> int:
     return since
 
 
-def run_report(settings: Settings, open_sources: Callable[[], AbstractContextManager[ReportSources]], *,
-               since: str | None = None, origin: str | None = None, out_dir: Path | None = None,
-               console: Console | None = None, environ: Mapping[str, str] | None = None) -> tuple[Path, Path]:
+def run_report(settings: Settings, open_sources: Callable[[], AbstractContextManager[ReportSources]],
+               open_reader: Callable[[Path], LegacyReader], *, since: str | None = None, origin: str | None = None,
+               out_dir: Path | None = None, console: Console | None = None,
+               environ: Mapping[str, str] | None = None) -> tuple[Path, Path]:
     """Build, store and write a report; ``open_sources`` opens the bridge store's side once the arguments are
-    checked. Raises LegacyDataDirNotConfiguredError, ConfigError, LegacyDatabaseError or a StorageError."""
+    checked, ``open_reader`` 2.x's database. Raises LegacyDataDirNotConfiguredError, ConfigError,
+    LegacyDatabaseError or a StorageError."""
     if settings.legacy_database_path is None:
         raise LegacyDataDirNotConfiguredError()
     try:
@@ -111,7 +113,7 @@ def run_report(settings: Settings, open_sources: Callable[[], AbstractContextMan
     since_ms = parse_since(since, now)
     out_dir = out_dir if out_dir is not None else Path("reports")
     check_out_dir(out_dir)
-    reader = LegacyReader(settings.legacy_database_path)
+    reader = open_reader(settings.legacy_database_path)
     reader.check_is_legacy_database()
     console = console or Console(stderr=True)
     with open_sources() as sources:  # 2.x's database gone or locked mid-scan: the reader's LegacyDatabaseError
