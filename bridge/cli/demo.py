@@ -297,7 +297,7 @@ def run_demo(workdir: Path, console: Console) -> None:
 
 
 def _report(database_url: str, data: LegacyDataDir, workdir: Path) -> tuple[Path, Path]:
-    from bridge.bootstrap import write_cutover_report
+    from bridge.bootstrap.commands import write_cutover_report
     from bridge.config import Settings
 
     settings = Settings.from_env({"BRIDGE_DATABASE_URL": database_url, "BRIDGE_LEGACY_DATA_DIR": str(data.root),

@@ -31,7 +31,7 @@ def reconcile_once() -> tuple[str, int]:
 
 def write_report(since: str | None, origin: str | None, out_dir: Path | None) -> str:
     """The cutover-readiness report written (JSON and HTML); the line naming both files."""
-    from bridge.bootstrap import write_cutover_report
+    from bridge.bootstrap.commands import write_cutover_report
 
     settings = Settings.from_env()
     check_store(settings)
@@ -41,7 +41,7 @@ def write_report(since: str | None, origin: str | None, out_dir: Path | None) ->
 
 def import_history(batch_size: int, rescan: bool, console: Console) -> None:
     """2.x's RunningInstances imported as read-only Runs, with progress and the summary on ``console``."""
-    from bridge.bootstrap import run_legacy_import
+    from bridge.bootstrap.commands import run_legacy_import
     from bridge.jobs.import_legacy.summary import print_summary
 
     settings = Settings.from_env()
@@ -52,7 +52,7 @@ def import_history(batch_size: int, rescan: bool, console: Console) -> None:
 
 def retry_parked_projections() -> str:
     """Every parked projection row queued again; the line saying how many."""
-    from bridge.bootstrap import requeue_parked_projections
+    from bridge.bootstrap.commands import requeue_parked_projections
 
     settings = Settings.from_env()
     check_store(settings)

@@ -121,7 +121,7 @@ class ReportArchive(Protocol):
 @dataclass(frozen=True)
 class ReportSources:
     """Everything a report reads from the bridge store, and where it keeps the result (built by the
-    composition root, bridge.bootstrap.report_sources)."""
+    composition root, bridge.bootstrap.commands.report_sources)."""
 
     reads: ReportReads
     archive: ReportArchive

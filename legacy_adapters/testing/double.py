@@ -17,9 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from legacy_adapters.callbacks import (
@@ -29,14 +28,28 @@ from legacy_adapters.callbacks import (
     validate_id_array,
     validate_status_payload,
 )
-from legacy_adapters.errors import LegacyCallbackParseError, node_json
+from legacy_adapters.errors import LegacyCallbackParseError
 from legacy_adapters.schema import CrontabStatus, InstanceStatus, format_updated_at
 from legacy_adapters.testing.datadir import LegacyDataDir, connect, immediate
+from legacy_adapters.testing.express_rules import (
+    UNDEFINED,
+    RecordedRequest,
+    Reply,
+    RequestHandler,
+    ServiceError,
+    close_instances,
+    get_platform,
+    get_token,
+    is_valid_token,
+    joi_param_number,
+    js_lt,
+    json_reply,
+    kept,
+    open_instance,
+    static_asset,
+    status_options,
+)
 from legacy_adapters.testing.sockjs_double import HEARTBEAT_S, SockJsDouble
-
-JSON_TYPE = "application/json; charset=utf-8"  # what Express res.send(object) sets
-UNDEFINED_PID = 'WHERE parameter "pid" has invalid "undefined" value'
-_UNDEFINED = object()  # a JS undefined, which 2.x compares differently from null
 
 # back/shared/i18n.ts messages.en, for the messages this double can answer with.
 _MESSAGES_EN = {
@@ -52,150 +65,6 @@ _API_WHITE_LIST = frozenset({
     "/api/user/init", "/api/user/notification/init", "/open/user/login", "/open/user/two-factor/login",
     "/open/system", "/open/user/init", "/open/user/notification/init",
 })
-
-
-def static_asset(name: str) -> bytes:
-    """The fixed bytes ``GET /static/<name>`` answers, including every byte value."""
-    return bytes(range(256)) * 4 + name.encode("utf-8")
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request exactly as the double received it."""
-
-    method: str
-    path: str
-    raw_query: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        """The first header called ``name`` (case-insensitive), or None."""
-        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
-
-
-@dataclass(frozen=True)
-class _Reply:
-    status: int
-    body: bytes
-    content_type: str = JSON_TYPE
-
-
-class _ServiceError(Exception):
-    """A plain Error thrown inside CronService: 2.x answers 500 {"code":500,"message":...}."""
-
-
-def _json(status: int, value: Any) -> _Reply:
-    return _Reply(status, node_json(value))
-
-
-def _kept(value: Any) -> bool:
-    # lodash pickBy(v => v === 0 || !!v): NaN (None here), null and undefined are dropped.
-    return value is not None and (value == 0 or bool(value)) and not isinstance(value, bool)
-
-
-def _status_options(cb: StatusCallback) -> tuple[dict[str, Any], Any]:
-    # Destructuring defaults: an absent time is 0 (and 0 is written), a null one stays null.
-    started = cb.last_execution_time if "last_execution_time" in cb.present_keys else 0
-    runtime = cb.last_running_time if "last_running_time" in cb.present_keys else 0
-    options: dict[str, Any] = {"status": cb.status, "pid": cb.pid, "log_path": cb.log_path}
-    options["last_execution_time"] = started
-    if runtime is not None and runtime > 0:
-        options["last_running_time"] = runtime
-    return options, started
-
-
-def _get_token(authorization: str | None) -> str:
-    """back/config/util.ts getToken: a Bearer token with each prefix replaced once."""
-    if authorization and authorization.split(" ")[0] == "Bearer":
-        return authorization.replace("Bearer ", "", 1).replace("mobile-", "", 1).replace("desktop-", "", 1)
-    return ""
-
-
-def _get_platform(user_agent: str) -> str:
-    """back/config/util.ts getPlatform."""
-    ua = user_agent.lower()
-    if re.search(r"windows|win32|win64|wow32|wow64|macintosh|macintel|x11", ua):
-        return "desktop"
-    if re.search(r"android|adr|ios|iphone|ipad|ipod|iwatch|openharmony", ua) or "mobile" in ua:
-        return "mobile"
-    return "desktop"
-
-
-def _js_lt(left: Any, right: float) -> bool:
-    """JavaScript ``left < right`` (right a number): ToNumber on the left, and NaN compares false."""
-    if left is _UNDEFINED:
-        return False
-    if left is None or isinstance(left, bool):
-        left = int(left or 0)
-    elif isinstance(left, str):
-        text = left.strip()
-        if text and not re.fullmatch(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", text):
-            return False
-        left = float(text) if text else 0.0
-    elif not isinstance(left, (int, float)):
-        return False
-    return bool(left < right)
-
-
-def _is_valid_token(auth_info: Any, token: str, platform: str) -> bool:
-    """back/shared/auth.ts isValidToken."""
-    if not isinstance(auth_info, dict) or not auth_info or not token:
-        return False
-    if token == auth_info.get("token", ""):
-        return True
-    tokens = auth_info.get("tokens")
-    per_platform = (tokens if isinstance(tokens, dict) else {}).get(platform)
-    if isinstance(per_platform, str):
-        return token == per_platform
-    if isinstance(per_platform, list):
-        return any(isinstance(t, dict) and t.get("value") == token for t in per_platform)
-    return False
-
-
-def _open_instance(conn: sqlite3.Connection, cron_id: float, cb: StatusCallback, started: Any, stamp: str) -> None:
-    # pid || undefined and log_path || undefined: falsy values are left NULL.
-    with immediate(conn):
-        conn.execute(
-            "INSERT INTO RunningInstances (cron_id, pid, log_path, started_at, status, createdAt, updatedAt) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (cron_id, cb.pid or None, cb.log_path or None, started, int(InstanceStatus.RUNNING), stamp, stamp),
-        )
-
-
-def _close_instances(conn: sqlite3.Connection, cron_id: float, cb: StatusCallback, now_s: int, stamp: str) -> None:
-    if not cb.pid:  # where: {pid: pid || undefined} -> Sequelize throws before Crontabs
-        raise _ServiceError(UNDEFINED_PID)
-    failed = cb.exit_code is not None and cb.exit_code != 0
-    values: dict[str, Any] = {
-        "finished_at": now_s,
-        "status": int(InstanceStatus.ERROR if failed else InstanceStatus.FINISHED),
-    }
-    if cb.exit_code is not None:  # exit_code ?? undefined: an absent one is not written
-        values["exit_code"] = cb.exit_code
-    sets = ", ".join(f"{k} = ?" for k in values)
-    with immediate(conn):
-        conn.execute(
-            f"UPDATE RunningInstances SET {sets}, updatedAt = ? WHERE cron_id = ? AND pid = ? AND status = ?",
-            (*values.values(), stamp, cron_id, cb.pid, int(InstanceStatus.RUNNING)),
-        )
-
-
-def _joi_param_number(name: str, text: str) -> float:
-    """celebrate's ``params: Joi.number().required()`` on one path parameter: a decimal string converts."""
-    try:
-        value = float(text) if set(text) <= set("0123456789+-.eE \t") else float("nan")
-    except ValueError:
-        value = float("nan")
-    if value != value or value in (float("inf"), float("-inf")):  # NaN: not a number Joi converts
-        message = f'"{name}" must be a number'
-    elif abs(value) > 2**53 - 1:
-        message = f'"{name}" must be a safe number'
-    else:
-        return int(value) if value.is_integer() else value
-    body = {"statusCode": 400, "error": "Bad Request", "message": "Validation failed",
-            "validation": {"params": {"source": "params", "keys": [name], "message": message}}}
-    raise LegacyCallbackParseError(name, message, node_json(body))
 
 
 class Legacy2xDouble:
@@ -233,7 +102,7 @@ class Legacy2xDouble:
         self._stop_answer_hook: Callable[[], None] | None = None
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self._routes: dict[tuple[str, str], Callable[[Any], _Reply]] = {}
+        self._routes: dict[tuple[str, str], Callable[[Any], Reply]] = {}
         # back/loaders/sock.ts: the SockJS channel at /api/ws, its token checked as isValidToken does.
         self.sockjs = SockJsDouble(self._panel_token_valid, sockjs_heartbeat_s)
         for prefix in ("/api", "/open"):  # rewrite('/open/*', '/api/$1'): one handler each
@@ -248,7 +117,7 @@ class Legacy2xDouble:
     def start(self) -> Legacy2xDouble:
         """Boot (initData's language step), then listen on a free 127.0.0.1 port in a background thread."""
         self._set_lang(self._config_lang or self._system_lang)  # systemConfig.info?.lang || systemLang()
-        server = ThreadingHTTPServer(self._address, _Handler)
+        server = ThreadingHTTPServer(self._address, RequestHandler)
         server.daemon_threads = True
         server.double = self  # type: ignore[attr-defined]
         self._server = server
@@ -363,18 +232,18 @@ class Legacy2xDouble:
         if self._kill_hook is not None:
             self._kill_hook(cron_id, pid)
 
-    # --- request pipeline (docs/legacy-2x.md#request-routing) ----------------------------
-
-    def _handle(self, request: RecordedRequest) -> _Reply:
+    def handle(self, request: RecordedRequest) -> Reply:
+        """The request pipeline: answer one request as 2.x's Express app does (docs/legacy-2x.md#request-routing;
+        its RequestHandler calls this), recording it."""
         with self._lock:
             self._requests.append(request)
         path, lower = request.path, request.path.lower()
         if any(lower.startswith(p) and not path.startswith(p) for p in ("/api/", "/open/")):
-            return _json(400, {"code": 400, "message": "Invalid path format"})
+            return json_reply(400, {"code": 400, "message": "Invalid path format"})
         if request.method == "GET" and path.rstrip("/") == "/api/health":
-            return _json(200, {"code": 200, "data": {"status": "ok"}})
+            return json_reply(200, {"code": 200, "data": {"status": "ok"}})
         if request.method == "GET" and path.startswith("/static/"):
-            return _Reply(200, static_asset(path[len("/static/") :]), "application/octet-stream")
+            return Reply(200, static_asset(path[len("/static/") :]), "application/octet-stream")
         # Express routes are case-insensitive and accept one trailing slash.
         route = self._routes.get((request.method, (path[:-1] if path.endswith("/") else path).lower()))
         if route is None and request.method == "POST":
@@ -387,11 +256,11 @@ class Legacy2xDouble:
             denied = self._authenticate(request)
             return denied or route(payload)
         except LegacyCallbackParseError as error:
-            return _Reply(400, error.legacy_body)
-        except _ServiceError as error:
-            return _json(500, {"code": 500, "message": str(error)})
+            return Reply(400, error.legacy_body)
+        except ServiceError as error:
+            return json_reply(500, {"code": 500, "message": str(error)})
 
-    def _authenticate(self, request: RecordedRequest) -> _Reply | None:
+    def _authenticate(self, request: RecordedRequest) -> Reply | None:
         authorization = request.header("authorization")
         if request.path.startswith("/open/"):
             return self._authenticate_open(request)
@@ -405,11 +274,11 @@ class Legacy2xDouble:
             return None
         else:
             message = "jwt malformed" if parts[1].count(".") != 2 else "invalid signature"
-        return _json(401, {"code": 401, "message": message})
+        return json_reply(401, {"code": 401, "message": message})
 
-    def _authenticate_open(self, request: RecordedRequest) -> _Reply | None:
+    def _authenticate_open(self, request: RecordedRequest) -> Reply | None:
         """The token middleware of back/loaders/express.ts for a ``/open/`` path (no baseUrl)."""
-        token = _get_token(request.header("authorization"))
+        token = get_token(request.header("authorization"))
         path = request.path.lower()
         apps = self._keyv("apps")
         owner = next((a for a in apps or [] if isinstance(a, dict)
@@ -419,22 +288,22 @@ class Legacy2xDouble:
             match = re.search(r"/open/([a-z]+)/*", path)
             if not match or match.group(1) not in (owner.get("scopes") or []):
                 return self._unauthorized("暂无权限")
-            if _js_lt(current.get("expiration", _UNDEFINED), math.floor(self._clock() + 0.5)):  # Math.round
+            if js_lt(current.get("expiration", UNDEFINED), math.floor(self._clock() + 0.5)):  # Math.round
                 return self._unauthorized("Token 已失效")
             return None
         if not token and path in _API_WHITE_LIST:
             return None
-        if _is_valid_token(self._keyv("authInfo"), token, _get_platform(request.header("user-agent") or "")):
+        if is_valid_token(self._keyv("authInfo"), token, get_platform(request.header("user-agent") or "")):
             return None
         return self._unauthorized("Token 已失效" if token else "请先登录")
 
     def _panel_token_valid(self, token: str, user_agent: str) -> bool:
         """back/loaders/sock.ts: ``isValidToken(authInfo, token, getPlatform(user-agent) || 'desktop')``."""
-        return _is_valid_token(self._keyv("authInfo"), token, _get_platform(user_agent))
+        return is_valid_token(self._keyv("authInfo"), token, get_platform(user_agent))
 
-    def _unauthorized(self, key: str) -> _Reply:
+    def _unauthorized(self, key: str) -> Reply:
         # UnauthorizedError -> res.status(401).send({code: 401, message: err.message})
-        return _json(401, {"code": 401, "message": self._t(key)})
+        return json_reply(401, {"code": 401, "message": self._t(key)})
 
     # --- i18n (back/shared/i18n.ts) and the keyv cache (back/shared/store.ts) ------------------
 
@@ -462,8 +331,8 @@ class Legacy2xDouble:
             return None
         return envelope.get("value")
 
-    def _echo(self, request: RecordedRequest) -> _Reply:
-        return _json(
+    def _echo(self, request: RecordedRequest) -> Reply:
+        return json_reply(
             200,
             {
                 "method": request.method,
@@ -479,21 +348,21 @@ class Legacy2xDouble:
 
     # --- CronService (back/services/cron.ts) ---------------------------------------------
 
-    def _status(self, payload: Any) -> _Reply:
+    def _status(self, payload: Any) -> Reply:
         callback = validate_status_payload(payload)
         with self._lock:
             failure = self._failures.pop(0) if self._failures else None
         if failure is not None:
-            return _json(500, {"code": 400, "message": failure, "errors": []})
+            return json_reply(500, {"code": 400, "message": failure, "errors": []})
         if callback.ids is None:
-            raise _ServiceError("ids is not iterable")
+            raise ServiceError("ids is not iterable")
         with self._status_writes, closing(connect(self.data_dir.database_path)) as conn:
             self._apply_status(conn, callback)
-        return _json(200, {"code": 200})
+        return json_reply(200, {"code": 200})
 
     def _apply_status(self, conn: sqlite3.Connection, cb: StatusCallback) -> None:
-        options, started = _status_options(cb)
-        log_path = cb.log_path if "log_path" in cb.present_keys else _UNDEFINED
+        options, started = status_options(cb)
+        log_path = cb.log_path if "log_path" in cb.present_keys else UNDEFINED
         now_s, stamp = int(self._clock()), self._stamp()
         for cron_id in cb.ids or ():
             cron = conn.execute("SELECT log_path FROM Crontabs WHERE id = ?", (cron_id,)).fetchone()
@@ -503,10 +372,10 @@ class Legacy2xDouble:
                 # The mismatch rule; `options` is reassigned and never restored for later ids.
                 options = {k: v for k, v in options.items() if k not in ("status", "log_path", "pid")}
             if cb.status == CrontabStatus.RUNNING:
-                _open_instance(conn, cron_id, cb, started or now_s, stamp)
+                open_instance(conn, cron_id, cb, started or now_s, stamp)
             elif cb.status == CrontabStatus.IDLE:
-                _close_instances(conn, cron_id, cb, now_s, stamp)
-            fields = {k: v for k, v in options.items() if _kept(v)}
+                close_instances(conn, cron_id, cb, now_s, stamp)
+            fields = {k: v for k, v in options.items() if kept(v)}
             if fields:  # Sequelize skips an UPDATE that would only set updatedAt
                 with immediate(conn):
                     assignments = ", ".join(f"`{k}` = ?" for k in fields)
@@ -515,16 +384,16 @@ class Legacy2xDouble:
                         (*fields.values(), stamp, cron_id),
                     )
 
-    def _run(self, payload: Any) -> _Reply:
+    def _run(self, payload: Any) -> Reply:
         ids = validate_id_array(payload)
         with closing(connect(self.data_dir.database_path)) as conn, immediate(conn):
             conn.executemany(
                 "UPDATE Crontabs SET status = ?, updatedAt = ? WHERE id = ?",
                 [(int(CrontabStatus.QUEUED), self._stamp(), i) for i in ids],
             )
-        return _json(200, {"code": 200})
+        return json_reply(200, {"code": 200})
 
-    def _stop(self, payload: Any) -> _Reply:
+    def _stop(self, payload: Any) -> Reply:
         # No process is killed: on_kill's hook stands for each killTask, first of the cron's pid, then of what
         # killAllTasks(command) finds (here: the pids of the cron's running instances). pid is left alone
         # (`pid: undefined` is a no-op).
@@ -554,24 +423,24 @@ class Legacy2xDouble:
                     [(int(CrontabStatus.IDLE), stamp, i) for i in ids],
                 )
         self._before_stop_answer()
-        return _json(200, {"code": 200})
+        return json_reply(200, {"code": 200})
 
-    def _instance_stop_route(self, path: str) -> Callable[[Any], _Reply] | None:
+    def _instance_stop_route(self, path: str) -> Callable[[Any], Reply] | None:
         """``POST /crons/:id/instances/:instanceId/stop``: celebrate's Joi.number() on both params, then
         stopInstance(instanceId) (``:id`` is never checked against the instance's cron)."""
         parts = path.lower().split("/")  # Express: ":param" is one non-empty segment
         if len(parts) != 7 or parts[0] or parts[1] not in ("api", "open") or parts[2] != "crons" \
                 or parts[4] != "instances" or parts[6] != "stop" or not parts[3] or not parts[5]:
             return None
-        return lambda _payload: self._stop_instance(_joi_param_number("id", parts[3]),
-                                                    _joi_param_number("instanceId", parts[5]))
+        return lambda _payload: self._stop_instance(joi_param_number("id", parts[3]),
+                                                    joi_param_number("instanceId", parts[5]))
 
-    def _stop_instance(self, _cron_id: float, instance_id: float) -> _Reply:
+    def _stop_instance(self, _cron_id: float, instance_id: float) -> Reply:
         with closing(connect(self.data_dir.database_path)) as conn:
             row = next(iter(conn.execute("SELECT cron_id, pid FROM RunningInstances WHERE id = ? AND status = ?",
                                          (instance_id, int(InstanceStatus.RUNNING))).fetchall()), None)
             if row is None:
-                return _json(200, {"code": 400, "message": self._t("实例不存在或已停止")})
+                return json_reply(200, {"code": 400, "message": self._t("实例不存在或已停止")})
             if row["pid"]:
                 self._kill(row["cron_id"], row["pid"])
             stamp = self._stamp()
@@ -585,7 +454,7 @@ class Legacy2xDouble:
                     conn.execute("UPDATE Crontabs SET status = ?, updatedAt = ? WHERE id = ?",
                                  (int(CrontabStatus.IDLE), self._stamp(), row["cron_id"]))
         self._before_stop_answer()
-        return _json(200, {"code": 200, "message": self._t("实例已停止")})
+        return json_reply(200, {"code": 200, "message": self._t("实例已停止")})
 
     def _before_stop_answer(self) -> None:
         if self._stop_answer_hook is not None:
@@ -593,7 +462,7 @@ class Legacy2xDouble:
 
     # --- SystemService.updateLanguage (back/services/system.ts, PUT /system/config/lang) ------
 
-    def _update_language(self, payload: Any) -> _Reply:
+    def _update_language(self, payload: Any) -> Reply:
         body = payload if isinstance(payload, dict) else {}
         for key in body:
             if key != "lang":
@@ -603,17 +472,17 @@ class Legacy2xDouble:
             raise joi_error(["lang"], "must be a string")
         lang = lang or "zh"  # the Auths row is not modelled: the double has no systemConfig to rewrite
         self._set_lang(lang)
-        return _json(200, {"code": 200, "data": {"lang": lang}})
+        return json_reply(200, {"code": 200, "data": {"lang": lang}})
 
-    def _record(self, payload: Any) -> _Reply:
+    def _record(self, payload: Any) -> Reply:
         body = payload if isinstance(payload, dict) else {}
         ref_id, code, elapsed = body.get("ref_id"), body.get("code"), body.get("elapsed")
         if not ref_id:
-            return _json(200, {"code": 400, "message": "ref_id required"})
+            return json_reply(200, {"code": 400, "message": "ref_id required"})
         try:
             elapsed_ms = float(elapsed or 0) * 1000
         except (TypeError, ValueError):
-            return _json(200, {"code": 500})
+            return json_reply(200, {"code": 500})
         ok = 1 if code == 0 and not isinstance(code, bool) else 0
         day = datetime.fromtimestamp(self._clock(), self.data_dir.tz).strftime("%Y-%m-%d")
         stamp = self._stamp()
@@ -628,41 +497,4 @@ class Legacy2xDouble:
                 "max_time = MAX(max_time, excluded.max_time), updatedAt = excluded.updatedAt",
                 (ref_id, day, ok, 1 - ok, elapsed_ms, elapsed_ms, stamp, stamp),
             )
-        return _json(200, {"code": 200})
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 10  # idle keep-alive connections end instead of pinning a thread
-
-    def _serve(self) -> None:
-        path, _, query = self.path.partition("?")
-        double = self.server.double  # type: ignore[attr-defined]
-        if double.sockjs.serves(path):
-            double.sockjs.handle(self)  # sockjs-node answers before Express sees the request
-            return
-        request = RecordedRequest(self.command, path, query, tuple(self.headers.items()), self._read_body())
-        reply = self.server.double._handle(request)  # type: ignore[attr-defined]
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(reply.body)
-
-    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
-
-    def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
-            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(chunks)
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
-
-    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
-        pass
+        return json_reply(200, {"code": 200})

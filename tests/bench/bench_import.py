@@ -148,7 +148,7 @@ def child_main(spec: dict[str, Any]) -> None:
     from sqlalchemy import func, select
 
     import bridge.jobs.import_legacy.job as importer
-    from bridge.bootstrap import run_legacy_import
+    from bridge.bootstrap.commands import run_legacy_import
     from bridge.config import Settings
     from bridge.storage.engine import make_engine
     from bridge.storage.schema import run_events_table, runs_table
@@ -333,7 +333,7 @@ def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> No
     from rich.console import Console
 
     import bridge.jobs.import_legacy.job as importer
-    from bridge.bootstrap import run_legacy_import
+    from bridge.bootstrap.commands import run_legacy_import
     from bridge.config import Settings
     from bridge.storage.unit_of_work import SqlUnitOfWork
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.bootstrap import report_sources, run_legacy_import
+from bridge.bootstrap.commands import report_sources, run_legacy_import
 from bridge.domain.commands import RetryRun
 from bridge.domain.errors import RetryNotAllowedError
 from bridge.jobs.report.build import build_report

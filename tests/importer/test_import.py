@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from sqlalchemy import delete, func, select
 
-from bridge.bootstrap import run_legacy_import
+from bridge.bootstrap.commands import run_legacy_import
 from bridge.jobs.import_legacy.backup import ImportRefusedError
 from bridge.jobs.import_legacy.summary import ImportSummary, print_summary
 from bridge.service.callback_facts import CallbackFacts, ExecutionContext, Outcome
@@ -439,7 +439,7 @@ def test_rows_of_one_execution_in_two_batches_still_make_one_run(env: ImportEnv)
 
 
 def test_the_reconciler_and_the_report_leave_every_row_of_an_imported_execution_alone(env: ImportEnv) -> None:
-    from bridge.bootstrap import report_sources
+    from bridge.bootstrap.commands import report_sources
     from bridge.cli.demo import ALL_ORIGINS
     from bridge.jobs.report.build import build_report
     from bridge.service.ports import StaticModes

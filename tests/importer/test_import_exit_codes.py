@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from bridge.bootstrap import run_legacy_import
+from bridge.bootstrap.commands import run_legacy_import
 from legacy_adapters.schema import InstanceStatus
 from tests.importer.conftest import BEGIN_S, ImportEnv, Instance, add_instances
 from tests.importer.test_import import imported_run

@@ -303,7 +303,7 @@ def test_startup_cancels_a_run_whose_2x_instance_was_stopped(world: World) -> No
 
 def test_projection_drift_of_a_primary_run_is_found_and_resolved_once_projected(world: World,
                                                                                 sql_backend: Backend) -> None:
-    from bridge.bootstrap import build_projector
+    from bridge.bootstrap.commands import build_projector
 
     c = cron(world)
     facts = CallbackFacts(c, 35, log_path_digest("pr.log"), BEGIN * 1000, None, None, BEGIN * 1000, log_path="pr.log")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.bootstrap import requeue_parked_projections
+from bridge.bootstrap.commands import requeue_parked_projections
 from bridge.config import Settings
 from bridge.jobs.project import ProjectorThread, projection_status
 from bridge.storage.outbox import SqlOutbox

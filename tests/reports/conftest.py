@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, update
 
-from bridge.bootstrap import report_sources
+from bridge.bootstrap.commands import report_sources
 from bridge.config import Settings
 from bridge.jobs.report.build import build_report
 from bridge.service.callback_facts import CallbackFacts, ExecutionContext

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bridge.bootstrap import write_cutover_report as run_report
+from bridge.bootstrap.commands import write_cutover_report as run_report
 from bridge.config import ConfigError, Settings
 from bridge.domain.errors import BridgeError
 from bridge.jobs.report.command import LegacyDataDirNotConfiguredError, parse_since, write_report

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
@@ -27,12 +26,10 @@ from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up time
     from collections import Counter
     from os import PathLike
-    from pathlib import Path
 
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.callbacks.keeper import FactKeeper
     from bridge.jobs.housekeeping import Prune
-    from bridge.jobs.import_legacy.summary import ImportSummary
     from bridge.jobs.project import ProjectorThread
     from bridge.jobs.reconcile import Reconciler
     from bridge.jobs.stop_decisions import StopDecisions
@@ -40,7 +37,6 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from bridge.service.ports import StepRunReader
     from bridge.service.queries import RunQueries
     from bridge.service.reconcile import ReconcileStore
-    from bridge.service.reports import ReportSources
     from bridge.service.seam import OriginCoverage
     from bridge.service.shadow import ShadowRecorder
     from bridge.storage.journal import SqliteFactJournal
@@ -49,7 +45,6 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from legacy_adapters.http_forward import CallbackForward
     from legacy_adapters.process_identity import ProcProbe
     from legacy_adapters.reader import LegacyReader
-    from projections.projector import ProjectionMetrics, Projector
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
 # The flags in force are re-read off the callback path once they are FLAGS_TTL_S old, and asked for every
@@ -470,37 +465,6 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecor
                          window_ms=settings.stop_decision_window_s * 1000)
 
 
-def run_legacy_import(settings: Settings, **options: Any) -> ImportSummary:
-    """`bridge import-legacy`: the import job, given the store it writes to (opened after 2.x's copy is checked)."""
-    from bridge.jobs.import_legacy import run_import
-    from legacy_adapters.reader import LegacyReader
-
-    options.setdefault("clock", SystemClock())
-    return run_import(settings, partial(build_store, settings), open_reader=LegacyReader, **options)
-
-
-def requeue_parked_projections(settings: Settings) -> int:
-    """`bridge projection retry` on the configured store."""
-    from bridge.storage.outbox import SqlOutbox
-
-    store = build_store(settings)
-    try:
-        return SqlOutbox(store.engine).requeue_parked(SystemClock().now_ms())
-    finally:
-        store.close()
-
-
-def build_projector(engine: Engine, legacy_database_path: str | PathLike[str], metrics: ProjectionMetrics,
-                    clock: Clock | None = None, **options: Any) -> Projector:
-    """One Projector over the bridge store and 2.x's database.sqlite, driven by its caller (no thread)."""
-    from bridge.storage.outbox import SqlOutbox
-    from legacy_adapters.status_writer import LegacyStatusWriter
-    from projections.projector import Projector
-
-    return Projector(SqlOutbox(engine), LegacyStatusWriter(legacy_database_path), metrics, clock or SystemClock(),
-                     **options)
-
-
 def bookkeeping_prunes(engine: Engine) -> dict[str, Prune]:
     """What housekeeping deletes with (bridge.jobs.housekeeping.TABLES): applied outbox rows, old passes."""
     from bridge.storage.outbox import SqlOutbox
@@ -508,32 +472,3 @@ def bookkeeping_prunes(engine: Engine) -> dict[str, Prune]:
 
     return {"projection_outbox": SqlOutbox(engine).prune_applied,
             "reconcile_passes": SqlReconcileStore(engine).prune_passes}
-
-
-def write_cutover_report(settings: Settings, **options: Any) -> tuple[Path, Path]:
-    """`bridge report`: the report job, given the store's side once its arguments are checked."""
-    from bridge.jobs.report import run_report
-    from legacy_adapters.reader import LegacyReader
-
-    return run_report(settings, partial(_report_store, settings), LegacyReader, **options)
-
-
-@contextmanager
-def _report_store(settings: Settings) -> Iterator[ReportSources]:
-    engine = make_engine(settings.database_url, pg_search_path=settings.database_schema,
-                         deadlines=store_deadlines(settings))
-    try:
-        yield report_sources(engine)
-    finally:
-        engine.dispose()
-
-
-def report_sources(engine: Engine) -> ReportSources:
-    """What a cutover report reads and where it is kept (bridge.service.reports.ReportSources)."""
-    from bridge.jobs.project import projection_status
-    from bridge.service.reports import ReportSources
-    from bridge.storage.report_queries import ReportQueries
-
-    queries, readers, clock = ReportQueries(engine), build_readers(engine), SystemClock()
-    return ReportSources(reads=queries, archive=queries, coverage=readers.coverage,
-                         outbox_status=lambda: projection_status(readers.outbox, clock.now_ms()))
