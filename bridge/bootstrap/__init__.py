@@ -315,7 +315,7 @@ def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags:
     decider = StopDeciderThread(stops, decider_interval_s(settings.stop_decision_window_s)).start()
     reconciler = build_reconciler(settings, store, metrics, flags, modes, reader=reader)
     clock = SystemClock()
-    job = _reconcile_job(reconciler, store, metrics, keeper, recovery_deferred=recovery_deferred)
+    job = reconcile_job(reconciler, store, metrics, keeper, recovery_deferred=recovery_deferred)
     prunes = bookkeeping_prunes(store.engine)
     scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
                                          lambda: run_housekeeping(prunes, clock.now_ms()), INTERVAL_S)
@@ -358,7 +358,7 @@ def _recover(store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
                               decisions=decisions, recorder=recorder, metrics=metrics)
 
 
-def _reconcile_job(reconciler: Reconciler, store: Store, metrics: BridgeMetrics, keeper: FactKeeper, *,
+def reconcile_job(reconciler: Reconciler, store: Store, metrics: BridgeMetrics, keeper: FactKeeper, *,
                    recovery_deferred: bool) -> Callable[[], object]:
     """The reconcile job. While the local journal holds facts the store has not got yet, no pass runs: it would
     judge executions whose facts are still on their way (a `missing` that is not, a Run called lost). When

@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from bridge.callbacks.commands import ApplyStop
+from bridge.callbacks.keeper import FactKeeper
+from bridge.metrics import BridgeMetrics
+from bridge.service.clock import SystemClock
+from bridge.storage.journal import SqliteFactJournal
 from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.schema import InstanceStatus
@@ -97,7 +102,7 @@ def test_the_instance_is_looked_up_through_the_primary_key_never_by_scanning_2xs
 
 
 def test_recovery_deferred_by_a_hot_journal_is_run_again_by_the_reconcile_job_once_2x_reads(world: World) -> None:
-    from bridge.bootstrap import _recovering_first
+    from bridge.bootstrap import reconcile_job
     from bridge.metrics import BridgeMetrics
 
     cron = world.data.add_cron("deferred cron", "task deferred.sh", "0 * * * *")
@@ -117,7 +122,8 @@ def test_recovery_deferred_by_a_hot_journal_is_run_again_by_the_reconcile_job_on
             passes.append("pass")
             return "ok"
 
-    job = _recovering_first(Reconciler(), world.bridge, BridgeMetrics())  # type: ignore[arg-type]
+    job = reconcile_job(Reconciler(), world.bridge, BridgeMetrics(), empty_journal(world),  # type: ignore[arg-type]
+                        recovery_deferred=True)
     job()  # still hot: deferred again, and the pass runs anyway
     assert world.run_row(cron, 64, "deferred.log")["status"] == "running"  # type: ignore[index]
     world.data.roll_back_hot_journal()
@@ -212,3 +218,31 @@ def test_of_an_execution_2x_recorded_twice_the_row_closed_by_its_own_end_speaks(
 
     row = world.run_row(cron, 73, "twice.log")
     assert row is not None and (row["status"], row["exit_code"]) == ("failed", 4)
+
+
+def empty_journal(world: World) -> FactKeeper:
+    """A keeper whose journal holds nothing: the store took every fact."""
+    journal = SqliteFactJournal(world.data.root.parent / "journal.sqlite", capacity=10)
+    return FactKeeper(journal, BridgeMetrics(), SystemClock())
+
+
+def test_no_pass_judges_executions_whose_facts_are_still_in_the_journal(world: World) -> None:
+    from bridge.bootstrap import reconcile_job
+
+    passes: list[str] = []
+
+    class Reconciler:
+        reader = None
+
+        def run_once(self) -> str:
+            passes.append("pass")
+            return "ok"
+
+    keeper = empty_journal(world)
+    keeper.keep(ApplyStop(1, 1), "store_unavailable")  # a fact the store has not taken yet
+    job = reconcile_job(Reconciler(), world.bridge, BridgeMetrics(), keeper,  # type: ignore[arg-type]
+                        recovery_deferred=False)
+    assert job() is None and passes == []
+    keeper.replay_once(lambda _command: None)
+    job()
+    assert passes == ["pass"]
