@@ -138,14 +138,14 @@ def _prune_finished(data: LegacyDataDir) -> int:
 
 def _double_main(data: LegacyDataDir, conn: Connection, nodelay: bool, log_path: str) -> None:
     """Child process: serve the double until told to stop; prune finished RunningInstances when asked."""
-    from legacy_adapters.testing import double as double_module
+    from legacy_adapters.testing.express_rules import RequestHandler
 
     sys.stderr = open(log_path, "w", buffering=1)  # noqa: SIM115 - http.server prints request errors here
 
     # Python's http.server leaves Nagle on and writes the head and the body of a reply in two send()s: on a
     # kept-alive connection the body then waits for the client's delayed ACK (~40 ms on Linux). Node's http
     # server (2.x) sets TCP_NODELAY on every accepted socket by default since Node 18 (nodejs/node#42163).
-    double_module._Handler.disable_nagle_algorithm = nodelay  # this process only; the file is untouched
+    RequestHandler.disable_nagle_algorithm = nodelay  # this process only; the file is untouched
     double = Legacy2xDouble(data).start()
     conn.send(double.url)
     autoprune = False
