@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import cast
 from zoneinfo import ZoneInfo
@@ -253,10 +252,13 @@ class ShadowInterceptor:
     def _commands(self, prepared: Forwarded) -> Iterator[FactCommand]:
         """One command per cron id; a cron whose command cannot be made is counted and logged, never raised."""
         for cron_id in prepared.cron_ids:
-            with self._guarded(timed=False):
+            try:
                 command = self._command(prepared, cron_id)
-                if command is not None:
-                    yield command
+            except Exception as exc:  # noqa: BLE001 - fail-open: nothing may reach the shell
+                self._write_failed(exc)
+                continue
+            if command is not None:
+                yield command
 
     def _command(self, prepared: Forwarded, cron_id: int) -> FactCommand | None:
         if isinstance(prepared, PreparedStop):
@@ -298,8 +300,13 @@ class ShadowInterceptor:
             return self._record_owned(command)  # type: ignore[arg-type]
         try:
             if self._keeper is None or not self._keeper.hold(command):
-                with self._guarded():
+                started = time.perf_counter()
+                try:
                     self._record_or_keep(command, _read_ahead_result(read_ahead))
+                except Exception as exc:  # noqa: BLE001 - fail-open: nothing may reach the shell
+                    self._write_failed(exc)
+                finally:
+                    self._metrics.shadow_write_seconds.observe(time.perf_counter() - started)
         finally:
             if isinstance(command, (ApplyStop, ApplyInstanceStop)):
                 self._stops.stop_settled((command.cron_id,))
@@ -342,22 +349,14 @@ class ShadowInterceptor:
         kept = self._stops.keep(facts, read_ahead)  # a signal exit waits for 2.x's evidence of a stop
         return kept or self._recorder.record_end(facts, lambda: self._context_for_finish_only(command), read_ahead)
 
-    @contextmanager
-    def _guarded(self, *, timed: bool = True) -> Iterator[None]:
-        """A shadow write's failure is counted and logged without its message (it may quote a body or a path);
-        ``timed``: its duration is observed too."""
-        started = time.perf_counter()
-        try:
-            yield
-        except BridgeError as exc:
+    def _write_failed(self, exc: Exception) -> None:
+        """A shadow write's failure, counted and logged without its message (it may quote a body or a path)."""
+        if isinstance(exc, BridgeError):
             self._metrics.shadow_write_refused(None, exc.code)
             log.warning("shadow write failed: %s", exc.code)
-        except Exception as exc:  # noqa: BLE001 - fail-open: nothing may reach the shell
+        else:
             self._metrics.shadow_write_failed(None, "internal")
             log.error("shadow write failed: %s", type(exc).__name__)
-        finally:
-            if timed:
-                self._metrics.shadow_write_seconds.observe(time.perf_counter() - started)
 
     def _context_for_finish_only(self, command: RecordEnd) -> ExecutionContext | None:
         # Unreadable, the end cannot be back-filled: LegacyDatabaseError rolls the write back and is counted
