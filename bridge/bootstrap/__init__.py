@@ -315,7 +315,7 @@ def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags:
     decider = StopDeciderThread(stops, decider_interval_s(settings.stop_decision_window_s)).start()
     reconciler = build_reconciler(settings, store, metrics, flags, modes, reader=reader)
     clock = SystemClock()
-    job = reconcile_job(reconciler, store, metrics, keeper, recovery_deferred=recovery_deferred)
+    job = reconcile_job(settings, reconciler, store, metrics, keeper, recovery_deferred=recovery_deferred)
     prunes = bookkeeping_prunes(store.engine)
     scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
                                          lambda: run_housekeeping(prunes, clock.now_ms()), INTERVAL_S)
@@ -340,26 +340,25 @@ def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyR
                             probe: ProcProbe | None = None) -> Counter[str]:
     """Startup recovery (bridge.jobs.recovery): the Runs a previous process left open, judged against 2.x's
     rows. Raises LegacyDatabaseError when the configured file is positively not 2.x's database."""
-    return _recover(store, reader or build_legacy_reader(settings), None, probe)
+    return _recover(settings, store, reader or build_legacy_reader(settings), None, probe)
 
 
-def _recover(store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
+def _recover(settings: Settings, store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
              probe: ProcProbe | None = None) -> Counter[str]:
     """Startup recovery on ``store``: the stop decisions it settles first share its recorder and pending ends."""
     from bridge.jobs.recovery import recover_on_startup
-    from bridge.jobs.stop_decisions import StopDecisions
     from bridge.service.shadow import ShadowRecorder
-    from bridge.storage.pending_ends import SqlPendingEnds
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
-    recorder, pending = ShadowRecorder(store.runs), SqlPendingEnds(store.engine)
-    decisions = StopDecisions(recorder, reader, pending, SystemClock())
-    return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, pending, probe,
+    recorder = ShadowRecorder(store.runs)
+    decisions = build_stop_decisions(settings, store, recorder, reader)
+    assert decisions.pending is not None  # built keeping ends
+    return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, decisions.pending, probe,
                               decisions=decisions, recorder=recorder, metrics=metrics)
 
 
-def reconcile_job(reconciler: Reconciler, store: Store, metrics: BridgeMetrics, keeper: FactKeeper, *,
-                   recovery_deferred: bool) -> Callable[[], object]:
+def reconcile_job(settings: Settings, reconciler: Reconciler, store: Store, metrics: BridgeMetrics,
+                  keeper: FactKeeper, *, recovery_deferred: bool) -> Callable[[], object]:
     """The reconcile job. While the local journal holds facts the store has not got yet, no pass runs: it would
     judge executions whose facts are still on their way (a `missing` that is not, a Run called lost). When
     startup recovery was deferred, it runs first, until a recovery defers nothing any more."""
@@ -369,7 +368,7 @@ def reconcile_job(reconciler: Reconciler, store: Store, metrics: BridgeMetrics, 
         if keeper.holding:
             return None
         if pending[0]:
-            outcomes = _recover(store, reconciler.reader, metrics)
+            outcomes = _recover(settings, store, reconciler.reader, metrics)
             pending[0] = any(outcome.startswith("deferred:") for outcome in outcomes)
         return reconciler.run_once()
 

@@ -122,8 +122,8 @@ def test_recovery_deferred_by_a_hot_journal_is_run_again_by_the_reconcile_job_on
             passes.append("pass")
             return "ok"
 
-    job = reconcile_job(Reconciler(), world.bridge, BridgeMetrics(), empty_journal(world),  # type: ignore[arg-type]
-                        recovery_deferred=True)
+    job = reconcile_job(world.settings, Reconciler(), world.bridge, BridgeMetrics(),  # type: ignore[arg-type]
+                        empty_journal(world), recovery_deferred=True)
     job()  # still hot: deferred again, and the pass runs anyway
     assert world.run_row(cron, 64, "deferred.log")["status"] == "running"  # type: ignore[index]
     world.data.roll_back_hot_journal()
@@ -240,8 +240,8 @@ def test_no_pass_judges_executions_whose_facts_are_still_in_the_journal(world: W
 
     keeper = empty_journal(world)
     keeper.keep(ApplyStop(1, 1), "store_unavailable")  # a fact the store has not taken yet
-    job = reconcile_job(Reconciler(), world.bridge, BridgeMetrics(), keeper,  # type: ignore[arg-type]
-                        recovery_deferred=False)
+    job = reconcile_job(world.settings, Reconciler(), world.bridge, BridgeMetrics(),  # type: ignore[arg-type]
+                        keeper, recovery_deferred=False)
     assert job() is None and passes == []
     keeper.replay_once(lambda _command: None)
     job()
