@@ -227,10 +227,8 @@ class ShadowInterceptor:
         try:
             if _accepted(prepared, upstream_status, answer):
                 read_ahead = prepared.read_ahead if isinstance(prepared, PreparedCallback) else None
-                commands = list(self._commands(prepared))
-                handed = self._lanes.write_within_budget(commands, read_ahead)
-                for refused in (command for command in commands if command not in handed):
-                    self._lanes_refused(refused)
+                handed = self._lanes.write_within_budget(list(self._commands(prepared)), read_ahead,
+                                                         self._lanes_refused)
         finally:
             if isinstance(prepared, (PreparedStop, PreparedInstanceStop)):
                 # A stop a lane took is settled there once applied; every other one is settled now.

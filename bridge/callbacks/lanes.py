@@ -44,16 +44,18 @@ class WriteLanes:
         future.add_done_callback(lambda _f: self._pending.release())
         return future
 
-    def write_within_budget(self, commands: Sequence[FactCommand],
-                            read_ahead: Future[object] | None = None) -> list[FactCommand]:
+    def write_within_budget(self, commands: Sequence[FactCommand], read_ahead: Future[object] | None = None,
+                            on_refused: Callable[[FactCommand], None] = lambda _command: None) -> list[FactCommand]:
         """Run the commands, each on its cron's lane, and wait for them together at most the budget; never
-        raises. Returns those a lane took: a refused one (the lanes were full) will never run here, and the
-        caller decides where it goes."""
+        raises. Returns those a lane took; each one refused (the lanes were full) will never run here, and goes
+        to ``on_refused``, the caller's to keep or count.
+        """
         accepted: list[FactCommand] = []
         futures = []
         for command in commands:
             future = self.submit(command, read_ahead)
             if future is None:
+                on_refused(command)
                 continue
             accepted.append(command)
             futures.append(future)

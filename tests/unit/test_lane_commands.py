@@ -96,3 +96,21 @@ def test_a_command_beyond_the_lanes_capacity_is_refused_and_an_overrun_counted()
         lanes.close()
     assert accepted == [end(1, 1), end(1, 2)]  # the third is the caller's to keep or count
     assert metrics.value("ql_bridge_shadow_write_failed_total", origin="other", error="timeout") == 2
+
+
+def test_each_refused_command_reaches_the_caller_even_the_twin_of_one_taken() -> None:
+    release = threading.Event()
+
+    def execute(_command: LaneCommand, _read_ahead: Future[object] | None) -> object:
+        release.wait(5)
+        return None
+
+    refused: list[FactCommand] = []
+    lanes = WriteLanes(1, execute, budget_s=0.01, metrics=BridgeMetrics(), capacity=1)
+    try:
+        twins = [end(1, 1), end(1, 1)]  # a callback naming the same cron twice: equal commands
+        assert lanes.write_within_budget(twins, None, refused.append) == [end(1, 1)]
+    finally:
+        release.set()
+        lanes.close()
+    assert refused == [end(1, 1)]  # the refused twin is not mistaken for the taken one
