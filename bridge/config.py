@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,8 @@ class Settings:
     drain_timeout_s: int = 8  # under Docker's 10 s between SIGTERM and SIGKILL
     legacy_tz: str | None = None
     legacy_scheduler: str = "auto"
+    legacy_release: str | None = None  # BRIDGE_LEGACY_RELEASE: the operator's word on 2.x's version
+    legacy_install_dir: Path | None = None  # where 2.x's version.yaml and shell/ are; default: the data dir's parent
     reconcile_interval_s: int = 60
     reconcile_tolerance_s: int = 2
     reconcile_grace_s: int = 120
@@ -112,6 +115,8 @@ class Settings:
             drain_timeout_s=_int(env, "BRIDGE_DRAIN_TIMEOUT_S", 8, low=0, high=3600),
             legacy_tz=_zone(env.get("BRIDGE_LEGACY_TZ") or None),
             legacy_scheduler=_choice(env, "BRIDGE_LEGACY_SCHEDULER", "auto", ("auto", "system", "node")),
+            legacy_release=_release(env.get("BRIDGE_LEGACY_RELEASE") or None),
+            legacy_install_dir=_install_dir(env.get("BRIDGE_LEGACY_INSTALL_DIR") or None, legacy_dir),
             reconcile_interval_s=_int(env, "BRIDGE_RECONCILE_INTERVAL_S", 60, low=5, high=86_400),
             reconcile_tolerance_s=_int(env, "BRIDGE_RECONCILE_TOLERANCE_S", 2, low=0, high=3600),
             reconcile_grace_s=_int(env, "BRIDGE_RECONCILE_GRACE_S", 120, low=0, high=86_400),
@@ -174,6 +179,26 @@ def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str,
     if value not in allowed:
         raise ConfigError(name, f"must be one of {', '.join(allowed)}, got {value[:20]!r}")
     return value
+
+
+_RELEASE = re.compile(r"^v?\d+\.\d+(\.\d+)?$")
+
+
+def _release(value: str | None) -> str | None:
+    """The shape of a 2.x version (``v2.20.2``, ``2.19``); which releases are supported is
+    legacy_adapters.releases' to say, when bootstrap decides the release."""
+    if value is None:
+        return None
+    if not _RELEASE.match(value.strip()):
+        raise ConfigError("BRIDGE_LEGACY_RELEASE", f"{value.strip()[:40]!r} is not a 2.x version (e.g. v2.20.2)")
+    return value.strip()
+
+
+def _install_dir(value: str | None, legacy_dir: str | None) -> Path | None:
+    """2.x's install root: named, or the parent of its data directory (``/ql`` for ``/ql/data``)."""
+    if value is not None:
+        return Path(value)
+    return Path(legacy_dir).parent if legacy_dir else None
 
 
 def _zone(name: str | None) -> str | None:

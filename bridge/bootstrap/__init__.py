@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 import httpx
 from sqlalchemy import Engine
 
+from bridge.bootstrap.release import decide_legacy_release
 from bridge.config import ConfigError, Settings, local_zone_name
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from legacy_adapters.http_forward import CallbackForward
     from legacy_adapters.process_identity import ProcProbe
     from legacy_adapters.reader import LegacyReader
+    from legacy_adapters.releases import ReleaseProfile
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
 # The flags in force are re-read off the callback path once they are FLAGS_TTL_S old, and asked for every
@@ -172,6 +174,7 @@ class Container:
     interceptor: ShadowInterceptor | None = None  # the callback path, or None for a pure pass-through
     callback_forward: CallbackForward | None = None  # the callbacks' forward to 2.x; None: through ``http``
     token_authority: LegacyTokenAuthority | None = None  # 2.x's App tokens (the /v3 API's authorisation)
+    release: ReleaseProfile | None = None  # the 2.x release fronted; None without BRIDGE_LEGACY_DATA_DIR
     closers: tuple[Callable[[], object], ...] = ()  # run in reverse order by ``close``
 
     def close(self) -> None:
@@ -193,10 +196,13 @@ class CallbackPath:
     interceptor: ShadowInterceptor
 
 
-def build_flags(store: Store) -> FlagService:
+def build_flags(store: Store, release: ReleaseProfile | None = None) -> FlagService:
+    """The flag service; promotion to primary is refused, naming the release, where ``release`` cannot be the
+    record (docs/releases.md#primary-mode). None: the release is not known here, and the gates alone decide."""
     from bridge.storage.flags import SqlFlagStore
 
-    return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms, primary_available=True)
+    refusal = None if release is None else release.primary_refusal
+    return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms, primary_refusal=refusal)
 
 
 def build_token_authority(settings: Settings) -> LegacyTokenAuthority | None:
@@ -230,21 +236,24 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
     if callback_forward is not None:
         closers.append(callback_forward.close)
     metrics.registry.register(build_store_gauges(settings, store))
-    flags = build_flags(store)
+    legacy_database = settings.legacy_database_path
+    reader = build_legacy_reader(settings, keep_connections=KEPT_LEGACY_CONNECTIONS) \
+        if legacy_database is not None else None
+    release = decide_legacy_release(settings, reader) if settings.legacy_data_dir is not None else None
+    flags = build_flags(store, release)
     modes = CachedModes(flags, ttl_s=FLAGS_TTL_S, max_stale_s=settings.flags_max_stale_s,
                         on_failure=metrics.flags_refresh_failed)
     metrics.watch_flags_age(modes.cache.age_s)
     closers.append(modes.cache.keep_fresh(FRESHEN_EVERY_S))
     authority = build_token_authority(settings)
     interceptor = None
-    if settings.legacy_database_path is not None:
+    if reader is not None and legacy_database is not None:
         # One reader for the callback path and the reconciler, keeping a few connections open: a Crontabs
         # lookup precedes every start callback. Closed last (closers run in reverse).
-        reader = build_legacy_reader(settings, keep_connections=KEPT_LEGACY_CONNECTIONS)
         closers.append(reader.close)
         notify: Callable[[], None] = lambda: None  # noqa: E731 - no projector outside `bridge serve`
         if schedule_reconciler:  # the serving process: it also keeps 2.x's columns current (primary mode)
-            projector = start_serving_projector(store, settings.legacy_database_path, metrics, SystemClock())
+            projector = start_serving_projector(store, legacy_database, metrics, SystemClock())
             closers.append(projector.close)
             notify = projector.notify
         keeper = build_fact_keeper(settings, metrics)
@@ -263,7 +272,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
                                        recovery_deferred=recovery_deferred))
     return Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store,
                      flags=flags, modes=modes, interceptor=interceptor, callback_forward=callback_forward,
-                     token_authority=authority, closers=tuple(closers))
+                     token_authority=authority, release=release, closers=tuple(closers))
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,14 @@ def show_flags(console: Console, audit_rows: int) -> None:
 def set_flag(origin: str, mode: str, actor: str, reason: str) -> str:
     """ORIGIN set to MODE, audited (primary needs a passing cutover report); the line saying the change."""
     from bridge.bootstrap import build_flags
+    from bridge.bootstrap.release import decide_legacy_release
 
-    store = current_store(Settings.from_env())
+    settings = Settings.from_env()
+    # Promotion is refused, naming the release, where 2.x cannot take primary mode (docs/releases.md#primary-mode).
+    release = decide_legacy_release(settings) if settings.legacy_data_dir is not None else None
+    store = current_store(settings)
     try:
-        change = build_flags(store).set_mode(origin, mode, actor=actor, reason=reason)
+        change = build_flags(store, release).set_mode(origin, mode, actor=actor, reason=reason)
     finally:
         store.close()
     return f"{change.origin}: {change.old or 'off'} → {change.new} (by {change.actor})"

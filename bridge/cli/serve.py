@@ -36,6 +36,10 @@ def _prepare_serving(settings: Settings) -> tuple[str, bool]:
     from bridge.bootstrap import build_flags, journal_holds_facts, recover_unfinished_runs
     from bridge.storage.migrate import require_writable
 
+    if settings.legacy_data_dir is not None:
+        from bridge.bootstrap.release import decide_legacy_release
+
+        decide_legacy_release(settings)  # refuses, naming it, a release the bridge does not support
     store = current_store(settings)
     try:
         # A store that takes no writes would see every callback and record none of them.

@@ -69,10 +69,11 @@ SEEDED_KEY = "flags_seeded_at_ms"
 
 
 class FlagService:
-    def __init__(self, store: FlagStore, clock: Callable[[], int], *, primary_available: bool = False) -> None:
+    def __init__(self, store: FlagStore, clock: Callable[[], int], *,
+                 primary_refusal: str | None = "primary mode is not available yet") -> None:
         self._store = store
         self._now_ms = clock
-        self._primary_available = primary_available
+        self._primary_refusal = primary_refusal  # None: promotion is judged by the gates alone
 
     def modes(self) -> dict[str, Mode]:
         """Every origin's mode; a missing or unknown value reads as off."""
@@ -139,11 +140,11 @@ class FlagService:
         if entry.get("seam"):  # gates measured on the few executions that reached the bridge say little
             raise PromotionRefusedError(origin, ["seam"], str(entry["seam"]))
         if failing or not entry.get("gates"):
-            unavailable = "" if self._primary_available else "; primary mode is not available yet either"
+            unavailable = "" if self._primary_refusal is None else f"; {self._primary_refusal}"
             raise PromotionRefusedError(origin, failing or ["no_gates"],
                                         "its latest report does not pass every gate" + unavailable)
-        if not self._primary_available:
-            raise PromotionRefusedError(origin, [], "primary mode is not available yet")
+        if self._primary_refusal is not None:
+            raise PromotionRefusedError(origin, ["release"], self._primary_refusal)
 
 
 def storable_text(value: str) -> bool:

@@ -69,6 +69,20 @@ def test_promotion_without_a_report_is_refused(flags: FlagService) -> None:
         flags.set_mode("manual", "primary", actor="ops", reason="go")
 
 
+def test_a_release_without_instance_tables_refuses_promotion_naming_itself_though_the_gates_pass(
+        sql_backend: Backend) -> None:
+    from legacy_adapters.releases import profile_for
+
+    release = profile_for("2.19.2", "test")
+    flags = FlagService(SqlFlagStore(sql_backend.engine), lambda: time.time_ns() // 1_000_000,
+                        primary_refusal=release.primary_refusal)
+    save_report(sql_backend, "manual", {"completeness": True, "terminal_status_agreement": True})
+    with pytest.raises(PromotionRefusedError, match=r"v2\.19\.2 has no RunningInstances") as err:
+        flags.set_mode("manual", "primary", actor="ops", reason="go")
+    assert err.value.details["failing_gates"] == ["release"]
+    assert flags.modes()["manual"] is Mode.OFF and flags.audit() == []
+
+
 def test_promotion_names_every_failing_gate(flags: FlagService, sql_backend: Backend) -> None:
     save_report(sql_backend, "manual", {"completeness": False, "terminal_status_agreement": True,
                                         "no_unexplained_duplicates": False})
@@ -88,7 +102,7 @@ def test_a_passing_report_still_meets_primary_not_available_yet(flags: FlagServi
 def test_promotion_is_refused_while_the_origins_callbacks_bypass_the_bridge_though_its_gates_pass(
         sql_backend: Backend) -> None:
     flags = FlagService(SqlFlagStore(sql_backend.engine), lambda: time.time_ns() // 1_000_000,
-                        primary_available=True)
+                        primary_refusal=None)
     save_report(sql_backend, "manual", {"completeness": True, "terminal_status_agreement": True},
                 seam="manual: callbacks are bypassing the bridge (5 of 6 recent executions never reached it)")
     with pytest.raises(PromotionRefusedError, match="bypassing the bridge") as err:
