@@ -64,6 +64,7 @@ from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer
 from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyCron
+from legacy_adapters.shell_report import NOTHING, ShellReport, read_shell_report
 from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.shadow")
@@ -127,7 +128,7 @@ class ShadowInterceptor:
             return None
         ids = tuple(int(i) for i in callback.ids[:MAX_IDS] if float(i).is_integer() and i > 0)
         if not callback.is_start:
-            prepared = PreparedCallback(callback, ids, received)
+            prepared = PreparedCallback(callback, ids, received, shell=read_shell_report(headers))
             owned = self._answer_if_bridge_owned(from_shell, prepared, headers)
             return owned if isinstance(owned, LocalAnswer) else self._with_read_ahead(prepared)
         # The shell is alive now (it waits for this answer): the one moment its identity can be taken.
@@ -172,7 +173,7 @@ class ShadowInterceptor:
             return None
         context = self._context(cron, decision, prepared.shell_handle, mode=Mode.PRIMARY)
         assert context is not None
-        facts = _facts(prepared.callback, cron.id, prepared.received_at_ms, keep_log_path=True)
+        facts = _facts(prepared.callback, cron.id, prepared.received_at_ms, prepared.shell, keep_log_path=True)
         if self._store_is_out():
             return self._primary.hand_to_legacy("store_unavailable")
         return self._primary.answer(headers, RecordStart(facts, context), self._within_budget)
@@ -183,7 +184,8 @@ class ShadowInterceptor:
         if self._primary is None or not from_shell or len(prepared.cron_ids) != 1 \
                 or not prepared.callback.is_end or not self._primary.owns_active_runs():
             return None
-        facts = _facts(prepared.callback, prepared.cron_ids[0], prepared.received_at_ms, keep_log_path=True)
+        facts = _facts(prepared.callback, prepared.cron_ids[0], prepared.received_at_ms, prepared.shell,
+                       keep_log_path=True)
         # Who owns it is read within the budget; unknown (the store is out or slow), 2.x answers the end and the
         # shadow path records it, which closes the bridge's Run all the same (in order, from the journal).
         if self._store_is_out() or self._owner_within_budget(facts) != Owner.BRIDGE.value:
@@ -264,7 +266,7 @@ class ShadowInterceptor:
         if isinstance(prepared, PreparedInstanceStop):
             return ApplyInstanceStop(prepared.instance_id, cron_id, prepared.received_at_ms)
         callback = prepared.callback
-        facts = _facts(callback, cron_id, prepared.received_at_ms)
+        facts = _facts(callback, cron_id, prepared.received_at_ms, prepared.shell)
         if callback.is_end:
             return RecordEnd(facts, _begin_seconds(callback))
         if cron_id in prepared.unreadable:
@@ -473,15 +475,22 @@ def _begin_seconds(callback: StatusCallback) -> int | None:
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int, *,
+def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int, shell: ShellReport = NOTHING, *,
            keep_log_path: bool = False) -> CallbackFacts:
-    """Seconds become milliseconds here, through the one conversion module, never by hand."""
+    """Seconds become milliseconds here, through the one conversion module, never by hand.
+
+    An end's exit code is 2.x's when its body carries one (v2.21), else the seam block's (``shell``), else none:
+    never invented (docs/releases.md#what-the-seam-block-adds)."""
     started = (epoch_seconds_to_ms(callback.last_execution_time, field="last_execution_time")
                if callback.last_execution_time is not None else None)
     duration = None
     if callback.is_end and callback.last_running_time is not None:
         duration = duration_seconds_to_ms(callback.last_running_time, field="last_running_time")
+    exit_code = exit_code_as_given(callback.exit_code)
+    if exit_code is None and callback.is_end:
+        exit_code = shell.exit_code
     return CallbackFacts(cron_id=cron_id, pid=callback.pid, log_ref=log_path_digest(callback.log_path),
-                         started_at_ms=started, duration_ms=duration, exit_code=exit_code_as_given(callback.exit_code),
-                         received_at_ms=received_at_ms, log_path=callback.log_path if keep_log_path else None)
+                         started_at_ms=started, duration_ms=duration, exit_code=exit_code,
+                         received_at_ms=received_at_ms, log_path=callback.log_path if keep_log_path else None,
+                         trapped=shell.trapped and callback.is_end)
 

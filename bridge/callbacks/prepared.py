@@ -16,6 +16,7 @@ from bridge.callbacks.answers import LocalAnswer
 from legacy_adapters.callbacks import StatusCallback
 from legacy_adapters.origin import OriginDecision
 from legacy_adapters.records import LegacyCron
+from legacy_adapters.shell_report import NOTHING, ShellReport
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class PreparedCallback:
     read_ahead: Future[object] | None = None  # an end's open Runs, read during the forward
     origins: dict[int, OriginDecision] = field(default_factory=dict)  # a start's, per cron 2.x knows
     handed_to_legacy: str | None = None  # a primary start the bridge could not be the record of: why 2.x is
+    shell: ShellReport = NOTHING  # what the seam block added beside 2.x's body (an end's exit code, its trap)
 
 
 Forwarded: TypeAlias = PreparedCallback | PreparedStop | PreparedInstanceStop  # watched on its way to 2.x

@@ -24,6 +24,7 @@ class CallbackFacts:
     exit_code: int | float | None  # as 2.x keeps it (legacy_adapters.callbacks.exit_code_as_given)
     received_at_ms: int
     log_path: str | None = None  # raw 2.x log_path: kept only for bridge-owned (primary) executions
+    trapped: bool = False  # the shell's signal trap sent this end, as the seam block said (shell_report.py)
 
     @property
     def execution_key(self) -> str:

@@ -30,6 +30,7 @@ from bridge.web.asgi_io import (
     send_json,
     wait_for_disconnect,
 )
+from legacy_adapters.shell_report import FOR_THE_BRIDGE_ONLY
 
 log = logging.getLogger("bridge.proxy")
 
@@ -64,7 +65,8 @@ def upstream_headers(headers: Iterable[tuple[bytes, bytes]], body_length: int | 
     """End-to-end request headers as wire bytes; Content-Length is set when the body's length is known."""
     items = list(headers)
     drop = _NOT_SENT_UP | connection_tokens(items)
-    out = [(k, v) for k, v in items if k.lower() not in drop]
+    # The seam block's reports are for the bridge alone (legacy_adapters/shell_report.py): 2.x gets its own bytes.
+    out = [(k, v) for k, v in items if k.lower() not in drop and not k.lower().startswith(FOR_THE_BRIDGE_ONLY)]
     if body_length is not None:
         out.append((b"Content-Length", str(body_length).encode("ascii")))
     return out
