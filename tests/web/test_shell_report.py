@@ -14,9 +14,9 @@ from bridge.service.ports import StaticModes
 from legacy_adapters.callbacks import render_status_body
 from legacy_adapters.shell_report import EXIT_CODE_HEADER, TRAPPED_HEADER, read_shell_report
 from tests.conftest import Backend
+from tests.web.asgi_client import bridge_client
 from tests.web.conftest import FakeUpstream, shadow_container
 from tests.web.test_callback_input import BEGIN_S, ShadowSite, runs_in_store
-from tests.web.asgi_client import bridge_client
 
 LOG = "report_1/2026-12-02-13-01-37-617.log"
 
