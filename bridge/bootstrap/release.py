@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from bridge.config import ConfigError, Settings
@@ -11,9 +10,6 @@ from bridge.config import ConfigError, Settings
 if TYPE_CHECKING:
     from legacy_adapters.reader import LegacyReader
     from legacy_adapters.releases import ReleaseProfile
-
-_log = logging.getLogger("bridge.legacy")
-
 
 def decide_legacy_release(settings: Settings, reader: LegacyReader | None = None) -> ReleaseProfile:
     """The release profile of the 2.x install ``settings`` name.
@@ -30,7 +26,6 @@ def decide_legacy_release(settings: Settings, reader: LegacyReader | None = None
     except UnsupportedRelease as exc:
         raise ConfigError("BRIDGE_LEGACY_RELEASE" if settings.legacy_release else "BRIDGE_LEGACY_DATA_DIR",
                           str(exc)) from None
-    _log.info("fronting %s", profile.describe())
     return profile
 
 

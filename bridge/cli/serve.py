@@ -36,15 +36,16 @@ def _prepare_serving(settings: Settings) -> tuple[str, bool]:
     from bridge.bootstrap import build_flags, journal_holds_facts, recover_unfinished_runs
     from bridge.storage.migrate import require_writable
 
-    if settings.legacy_data_dir is not None:
-        from bridge.bootstrap.release import decide_legacy_release
-
-        decide_legacy_release(settings)  # refuses, naming it, a release the bridge does not support
     store = current_store(settings)
     try:
         # A store that takes no writes would see every callback and record none of them.
         require_writable(store.engine)
         store.uow.probe_write()
+        if settings.legacy_data_dir is not None:
+            from bridge.bootstrap.release import decide_legacy_release
+
+            # Refuses, naming it, a release the bridge does not support; otherwise says which one it fronts.
+            _log.info("fronting %s", decide_legacy_release(settings).describe())
         flags = build_flags(store)
         flags.seed_once(settings.shadow_origins)
         recording = sorted(o for o, m in flags.modes().items() if m.value != "off")
