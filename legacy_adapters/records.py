@@ -50,7 +50,7 @@ class LegacyCron:
     schedule: str | None
     timestamp: str | None
     saved: bool | None
-    status: int | None
+    status: int | float | None  # 0.5 is queued before v2.21 (ReleaseProfile.queued_status)
     is_system: bool | None
     pid: int | None
     is_disabled: bool  # NULL is "not disabled", as in 2.x's filters
@@ -136,7 +136,7 @@ def cron_from_row(row: Mapping[str, Any]) -> LegacyCron:
         schedule=_text(get("schedule")),
         timestamp=_text(get("timestamp")),
         saved=_flag(get("saved")),
-        status=_integer(get("status")),
+        status=_number(get("status")),
         is_system=_flag(get("isSystem")),
         pid=_integer(get("pid")),
         is_disabled=bool(_flag(get("isDisabled"))),

@@ -86,6 +86,15 @@ class CrontabStatus(IntEnum):
     QUEUED = 3
 
 
+def crontab_state(status: int | float | None, queued_status: float) -> str:
+    """``running``, ``queued`` or ``idle``, as a ``Crontabs.status`` reads on the release whose queued number is
+    ``queued_status`` (ReleaseProfile.queued_status: 0.5 before v2.21, 3 from; docs/legacy-2x.md#crontabs-before-v221).
+    Anything else (disabled, an odd value) is not an execution in progress: idle."""
+    if status == CrontabStatus.RUNNING:
+        return "running"
+    return "queued" if status is not None and status == queued_status else "idle"
+
+
 class InstanceStatus(IntEnum):
     """``RunningInstances.status``."""
 

@@ -20,8 +20,9 @@ from bridge.domain.model import RUN_ACTIVE, Origin, RunStatus
 from bridge.service.reconcile import ActiveRun, ComparedRun, OpenMismatch
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyTimeError
+from legacy_adapters.log_files import LoggedExecution
 from legacy_adapters.records import LegacyCron, LegacyInstance
-from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
+from legacy_adapters.schema import ENDED_INSTANCE, CrontabStatus, InstanceStatus, crontab_state
 from legacy_adapters.timeconv import MAX_EPOCH_SECONDS, epoch_seconds_to_ms, ms_to_epoch_seconds
 
 # 2.x instance status → the shadow Run status it should sit beside (docs/legacy-2x.md#status-numbers).
@@ -50,13 +51,19 @@ class Finding:
     instance_id: int | None = None
     origin: Origin | None = None
     diff: dict[str, Any] = field(default_factory=dict)
+    log_ref: str | None = None  # before v2.21: the log file (its path's digest) that speaks for the execution
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", MismatchKind(self.kind))
 
     @property
     def dedupe_key(self) -> str:
-        subject = f"i{self.instance_id}" if self.instance_id is not None else f"r{self.run_id}"
+        if self.instance_id is not None:
+            subject = f"i{self.instance_id}"
+        elif self.log_ref is not None:  # a log file stands where a RunningInstances row would
+            subject = f"l{self.log_ref}"
+        else:
+            subject = f"r{self.run_id}"
         return f"{self.kind}:{self.cron_id}:{subject}"
 
 
@@ -73,6 +80,8 @@ def judged_subject(kind: MismatchKind, cron_id: int | None, dedupe_key: str) -> 
 PAST_LOOKBACK = "past_lookback"  # its 2.x row or Run is older than the lookback: no pass reads it for a comparison
 CRON_DELETED = "cron_deleted"  # its cron's Crontabs row is gone: nothing to compare the cron's active Runs with
 LEGACY_ROW_GONE = "legacy_row_gone"  # a whole pass read 2.x's RunningInstances and its row was not there
+# Before v2.21 (no RunningInstances): a log file (``l<digest>``) a whole pass did not read is out of the window or
+# gone (``ql rmlog``): past_lookback either way, no pass compares it again.
 
 
 class JudgedSubjects:
@@ -111,6 +120,13 @@ class JudgedSubjects:
         """A 2.x row judged (compared with its Run, or found to have none), or only read without invalid values."""
         self._judge(f"i{instance_id}", None if compared else {INVALID_LEGACY_VALUE})
 
+    def log_file(self, log_ref: str, *, judged: bool) -> None:
+        """A log file the pass read in its window (before v2.21); ``judged``: outside the grace window, compared
+        with its Run or found to have none, as ``instance`` for a RunningInstances row."""
+        self._seen(f"l{log_ref}", None)
+        if judged:
+            self._judge(f"l{log_ref}", None)
+
     def row_read(self, instance_id: int, *, past_lookback: bool) -> None:
         """A 2.x row the pass read, judged or not; ``past_lookback``: older than the lookback, never compared."""
         self._seen(f"i{instance_id}", PAST_LOOKBACK if past_lookback else None)
@@ -148,8 +164,10 @@ class JudgedSubjects:
         for subject in self._open.keys() - self._read:
             if subject.startswith("i"):
                 why[subject] = LEGACY_ROW_GONE  # every row was read: this one is not in 2.x's table any more
-            elif subject.startswith("c"):
-                why[subject] = PAST_LOOKBACK  # no Run of the cron in the lookback: the pass never compares it
+            elif subject.startswith(("c", "l")):
+                # c: no Run of the cron in the lookback, the pass never compares it; l: the log file is out of the
+                # window or was removed
+                why[subject] = PAST_LOOKBACK
         return {mismatch_id: reason for subject, reason in why.items()
                 for _kind, mismatch_id in self._open.get(subject, ()) if mismatch_id not in self._judged}
 
@@ -247,13 +265,14 @@ def compare_running(instance: LegacyInstance, run: ComparedRun, process_alive: b
     return []
 
 
-def compare_cron(cron_id: int, legacy_status: int | None, legacy_pid: int | None,
-                 active_runs: list[ActiveRun]) -> list[Finding]:
-    """Crontabs.status / pid against the cron's active shadow Runs (running > queued > idle)."""
+def compare_cron(cron_id: int, legacy_status: int | float | None, legacy_pid: int | None,
+                 active_runs: list[ActiveRun], *, queued_status: float = CrontabStatus.QUEUED) -> list[Finding]:
+    """Crontabs.status / pid against the cron's active shadow Runs (running > queued > idle); ``queued_status`` is
+    the release's queued number (ReleaseProfile.queued_status)."""
     running = [r for r in active_runs if r.status is RunStatus.RUNNING]
     shadow_state = "running" if running else ("queued" if any(r.status is RunStatus.QUEUED for r in active_runs)
                                               else "idle")
-    legacy_state = {0: "running", 3: "queued"}.get(legacy_status if legacy_status is not None else -1, "idle")
+    legacy_state = crontab_state(legacy_status, queued_status)
     run_id = active_runs[0].id if active_runs else None
     found = []
     diff = structured_diff({"state": legacy_state}, {"state": shadow_state})
@@ -265,6 +284,38 @@ def compare_cron(cron_id: int, legacy_status: int | None, legacy_pid: int | None
         found.append(Finding(MismatchKind.PID, cron_id, running[0].id, None, running[0].origin,
                              structured_diff({"pid": legacy_pid}, {"pid": pid})))
     return found
+
+
+def compare_logged(logged: LoggedExecution, run: ComparedRun, tolerance_s: int) -> list[Finding]:
+    """An execution's log file (before v2.21) against its ended Run: start second, end second, and a stop.
+
+    The log holds no outcome (no exit code before v2.21, docs/legacy-2x.md#no-exit-code-before-v221), so only a
+    stop marker says how it ended: such a Run should be cancelled. Times compare within ``tolerance_s``.
+    """
+
+    def finding(kind: MismatchKind, legacy: dict[str, Any], shadow: dict[str, Any],
+                epsilon: float = 0.0) -> list[Finding]:
+        diff = structured_diff(legacy, shadow, epsilon=epsilon)
+        return [Finding(kind, logged.cron_id, run.id, None, run.origin, diff, logged.log_ref)] if diff else []
+
+    found = finding(MismatchKind.START_TIME, {"started_s": logged.started_s},
+                    {"started_s": _seconds(run.started_at_ms)}, tolerance_s)
+    if logged.ended_s is not None and run.status not in RUN_ACTIVE:
+        found += finding(MismatchKind.FINISH_TIME, {"finished_s": logged.ended_s},
+                         {"finished_s": _seconds(run.finished_at_ms)}, tolerance_s)
+    if logged.stopped and run.status is not RunStatus.CANCELLED and run.status not in RUN_ACTIVE:
+        found += finding(MismatchKind.TERMINAL_STATUS, {"status": RunStatus.CANCELLED.value},
+                         {"status": run.status.value})
+    return found
+
+
+def logged_stuck(logged: LoggedExecution, run: ComparedRun, *, process_gone: bool) -> list[Finding]:
+    """A Run still open whose execution 2.x shows over (before v2.21): its log has an end line and its cron row
+    has moved on, or its process is provably gone. The end never reached the bridge."""
+    evidence = {"log": "end_line"} if logged.ended else {"process": "gone"}
+    return [Finding(MismatchKind.STUCK, logged.cron_id, run.id, None, run.origin,
+                    {"legacy": "ended" if logged.ended else "running", **evidence, "shadow": run.status.value},
+                    logged.log_ref)]
 
 
 def instance_defects(instance: LegacyInstance, latest_s: float) -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
 
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.callbacks.keeper import FactKeeper
+    from bridge.jobs.evidence import ExecutionEvidence
     from bridge.jobs.housekeeping import Prune
     from bridge.jobs.project import ProjectorThread
     from bridge.jobs.reconcile import Reconciler
@@ -269,7 +271,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
         closers.append(JournalReplayer(keeper.keeper, interceptor.execute_fact).start().close)
         if schedule_reconciler:
             closers.extend(_start_jobs(settings, store, metrics, flags, modes, reader, callbacks.stops, keeper.keeper,
-                                       recovery_deferred=recovery_deferred))
+                                       recovery_deferred=recovery_deferred, release=release))
     return Container(settings=settings, metrics=metrics, http=build_http_client(settings), store=store,
                      flags=flags, modes=modes, interceptor=interceptor, callback_forward=callback_forward,
                      token_authority=authority, release=release, closers=tuple(closers))
@@ -314,7 +316,7 @@ def build_fact_keeper(settings: Settings, metrics: BridgeMetrics, clock: Clock |
 
 def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService, modes: CachedModes,
                 reader: LegacyReader, stops: StopDecisions, keeper: FactKeeper, *,
-                recovery_deferred: bool) -> list[Callable[[], object]]:
+                recovery_deferred: bool, release: ReleaseProfile | None = None) -> list[Callable[[], object]]:
     """What runs beside the callbacks in the serving process: pending ends decided once their window is over,
     reconcile and housekeeping. Returns their closers."""
     from bridge.jobs.housekeeping import INTERVAL_S, run_housekeeping
@@ -322,9 +324,10 @@ def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags:
     from bridge.jobs.stop_decisions import StopDeciderThread, decider_interval_s
 
     decider = StopDeciderThread(stops, decider_interval_s(settings.stop_decision_window_s)).start()
-    reconciler = build_reconciler(settings, store, metrics, flags, modes, reader=reader)
+    reconciler = build_reconciler(settings, store, metrics, flags, modes, reader=reader, release=release)
     clock = SystemClock()
-    job = reconcile_job(settings, reconciler, store, metrics, keeper, recovery_deferred=recovery_deferred)
+    job = reconcile_job(settings, reconciler, store, metrics, keeper, recovery_deferred=recovery_deferred,
+                        release=release)
     prunes = bookkeeping_prunes(store.engine)
     scheduler = start_reconcile_schedule(job, settings.reconcile_interval_s,
                                          lambda: run_housekeeping(prunes, clock.now_ms()), INTERVAL_S)
@@ -346,14 +349,15 @@ def start_serving_projector(store: Store, legacy_database_path: str | PathLike[s
 
 
 def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
-                            probe: ProcProbe | None = None) -> Counter[str]:
+                            probe: ProcProbe | None = None, release: ReleaseProfile | None = None) -> Counter[str]:
     """Startup recovery (bridge.jobs.recovery): the Runs a previous process left open, judged against 2.x's
-    rows. Raises LegacyDatabaseError when the configured file is positively not 2.x's database."""
-    return _recover(settings, store, reader or build_legacy_reader(settings), None, probe)
+    records (``release``'s; decided from ``settings`` when not given). Raises LegacyDatabaseError when the
+    configured file is positively not 2.x's database."""
+    return _recover(settings, store, reader or build_legacy_reader(settings), None, probe, release)
 
 
 def _recover(settings: Settings, store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
-             probe: ProcProbe | None = None) -> Counter[str]:
+             probe: ProcProbe | None = None, release: ReleaseProfile | None = None) -> Counter[str]:
     """Startup recovery on ``store``: the stop decisions it settles first share its recorder and pending ends."""
     from bridge.jobs.recovery import recover_on_startup
     from bridge.service.shadow import ShadowRecorder
@@ -363,11 +367,28 @@ def _recover(settings: Settings, store: Store, reader: LegacyReader, metrics: Br
     decisions = build_stop_decisions(settings, store, recorder, reader)
     assert decisions.pending is not None  # built keeping ends
     return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, decisions.pending, probe,
-                              decisions=decisions, recorder=recorder, metrics=metrics)
+                              decisions=decisions, recorder=recorder, metrics=metrics,
+                              evidence=build_execution_evidence(settings, reader, release))
+
+
+def build_execution_evidence(settings: Settings, reader: LegacyReader,
+                             release: ReleaseProfile | None = None) -> ExecutionEvidence:
+    """What reconcile and recovery judge 2.x's executions by: ``RunningInstances`` rows where the release has
+    them, else its Crontabs rows and log files (docs/reconciliation.md#releases-before-v221). The one choice,
+    made from ``release`` (decided from ``settings`` and ``reader`` when not given)."""
+    from bridge.jobs.evidence import choose_evidence
+    from legacy_adapters.log_files import LogDirectory
+
+    profile = release or decide_legacy_release(settings, reader)
+    log_root = (settings.legacy_data_dir or Path(".")) / "log"
+    return choose_evidence(profile.has_running_instances, reader,
+                           lambda: LogDirectory(log_root, _legacy_zone(settings), profile.stop_marker),
+                           profile.queued_status)
 
 
 def reconcile_job(settings: Settings, reconciler: Reconciler, store: Store, metrics: BridgeMetrics,
-                  keeper: FactKeeper, *, recovery_deferred: bool) -> Callable[[], object]:
+                  keeper: FactKeeper, *, recovery_deferred: bool,
+                  release: ReleaseProfile | None = None) -> Callable[[], object]:
     """The reconcile job. While the local journal holds facts the store has not got yet, no pass runs: it would
     judge executions whose facts are still on their way (a `missing` that is not, a Run called lost). When
     startup recovery was deferred, it runs first, until a recovery defers nothing any more."""
@@ -377,7 +398,7 @@ def reconcile_job(settings: Settings, reconciler: Reconciler, store: Store, metr
         if keeper.holding:
             return None
         if pending[0]:
-            outcomes = _recover(settings, store, reconciler.reader, metrics)
+            outcomes = _recover(settings, store, reconciler.reader, metrics, release=release)
             pending[0] = any(outcome.startswith("deferred:") for outcome in outcomes)
         return reconciler.run_once()
 
@@ -386,9 +407,11 @@ def reconcile_job(settings: Settings, reconciler: Reconciler, store: Store, metr
 
 def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService | None,
                      modes: ModeSource | None = None, *, reader: LegacyReader | None = None,
-                     reconcile_store: ReconcileStore | None = None, probe: ProcProbe | None = None) -> Reconciler:
-    """The reconcile pass, over ``reconcile_store`` when given (else one on the store's engine). Without
-    ``flags`` (a test's fixed modes), ``modes`` alone decides and every origin counts as enabled from the start."""
+                     reconcile_store: ReconcileStore | None = None, probe: ProcProbe | None = None,
+                     release: ReleaseProfile | None = None) -> Reconciler:
+    """The reconcile pass, over ``reconcile_store`` when given (else one on the store's engine), judging 2.x's
+    executions by what ``release`` keeps (decided from ``settings`` when not given). Without ``flags`` (a test's
+    fixed modes), ``modes`` alone decides and every origin counts as enabled from the start."""
     from bridge.jobs.reconcile import Reconciler, ReconcileSettings
     from bridge.service.shadow import ShadowRecorder
     from bridge.storage.pending_ends import SqlPendingEnds
@@ -399,14 +422,17 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
         if flags is None:
             raise ValueError("the reconciler needs its modes or the flags they come from")
         modes = CachedModes(flags)
+    reader = reader or build_legacy_reader(settings)
+    release = release or decide_legacy_release(settings, reader)
     return Reconciler(
-        reconcile_store or SqlReconcileStore(store.engine), store.runs, reader or build_legacy_reader(settings),
+        reconcile_store or SqlReconcileStore(store.engine), store.runs, reader,
         modes, metrics, SystemClock(), recorder=ShadowRecorder(store.runs), pending_ends=SqlPendingEnds(store.engine),
         scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler), tz=_legacy_zone(settings),
         enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s),
-        probe=probe)
+        probe=probe, evidence=build_execution_evidence(settings, reader, release),
+        queued_status=release.queued_status)
 
 
 def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> LegacyReader:

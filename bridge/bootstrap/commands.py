@@ -25,12 +25,22 @@ if TYPE_CHECKING:
 
 
 def run_legacy_import(settings: Settings, **options: Any) -> ImportSummary:
-    """`bridge import-legacy`: the import job, given the store it writes to (opened after 2.x's copy is checked)."""
+    """`bridge import-legacy`: the import job, given the store it writes to (opened after 2.x's copy is checked),
+    reading what the release keeps: its RunningInstances rows, or before v2.21 its task logs (one choice, from
+    the release profile; docs/reconciliation.md#releases-before-v221)."""
+    from bridge.bootstrap import _legacy_zone
+    from bridge.bootstrap.release import decide_legacy_release
     from bridge.jobs.import_legacy import run_import
+    from bridge.jobs.import_legacy.logs import run_log_import
+    from legacy_adapters.log_files import LogDirectory
     from legacy_adapters.reader import LegacyReader
 
     options.setdefault("clock", SystemClock())
-    return run_import(settings, partial(build_store, settings), open_reader=LegacyReader, **options)
+    release = decide_legacy_release(settings) if settings.legacy_data_dir is not None else None
+    if release is None or release.has_running_instances:
+        return run_import(settings, partial(build_store, settings), open_reader=LegacyReader, **options)
+    logs = LogDirectory((settings.legacy_data_dir or Path(".")) / "log", _legacy_zone(settings), release.stop_marker)
+    return run_log_import(settings, partial(build_store, settings), open_reader=LegacyReader, logs=logs, **options)
 
 
 def requeue_parked_projections(settings: Settings) -> int:

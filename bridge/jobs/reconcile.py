@@ -28,6 +28,8 @@ from bridge.domain.events import EventType
 from bridge.domain.keys import import_key
 from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import RUN_ACTIVE, Mode, Origin
+from bridge.jobs.evidence import ExecutionEvidence, InstanceRowEvidence
+from bridge.jobs.reconcile_logs import PassContext
 from bridge.jobs.stop_decisions import RECONCILER, legacy_stop_code
 from bridge.metrics import BridgeMetrics
 from bridge.service.pending_ends import PendingEndStore
@@ -103,8 +105,13 @@ class Reconciler:
                  metrics: BridgeMetrics, clock: Clock, *, recorder: ShadowRecorder, pending_ends: PendingEndStore,
                  scheduler_mode: SchedulerMode,
                  tz: ZoneInfo, enabled_since: Callable[[str], int | None] = lambda origin: 0,
-                 settings: ReconcileSettings | None = None, probe: ProcProbe | None = None) -> None:
+                 settings: ReconcileSettings | None = None, probe: ProcProbe | None = None,
+                 evidence: ExecutionEvidence | None = None, queued_status: float = 3) -> None:
+        """``evidence``: the records of 2.x's executions the release keeps (bootstrap chooses; RunningInstances by
+        default); ``queued_status``: the release's queued ``Crontabs.status`` (ReleaseProfile.queued_status)."""
         self._store = store
+        self._evidence = evidence or InstanceRowEvidence(reader)
+        self._queued_status = queued_status
         self._runs = runs
         self._recorder = recorder  # cancels the Runs of executions 2.x shows stopped
         self._pending = pending_ends  # Runs whose pending end the stop decider settles
@@ -174,16 +181,24 @@ class Reconciler:
         self._judged = JudgedSubjects(self._store.open_reconciler_mismatches())
         self._replays.clear()
         since_ms = now_ms - self._settings.lookback_s * 1000
-        for batch in chunks(self._reader.iter_instances(batch_size=self._settings.batch_size),
-                            self._settings.batch_size):
-            self._instances(pass_id, batch, since_ms, now_ms, stats)
-        self._report_replays()
+        self._evidence.reconcile(PassContext(
+            pass_id, since_ms, now_ms, stats, self._store, self._judged, self._pending, self._emit, self._missing,
+            partial(self._instance_rows, pass_id, since_ms, now_ms, stats),
+            self._probe if self._judges_processes else None, self._settings.grace_s, self._settings.tolerance_s,
+            self._settings.batch_size))
         self._orphans_and_duplicates(pass_id, since_ms, now_ms, stats)
         self._crons(since_ms, now_ms, stats)
         stats.update(findings=self._findings, open_mismatches=len(self._judged), judged=len(self._judged.ids))
         return stats
 
     # -- 2.x instances against shadow Runs -----------------------------------------------------------
+
+    def _instance_rows(self, pass_id: int, since_ms: int, now_ms: int, stats: dict[str, int]) -> None:
+        """v2.21: every RunningInstances row, in keyset batches (the pass of InstanceRowEvidence)."""
+        for batch in chunks(self._reader.iter_instances(batch_size=self._settings.batch_size),
+                            self._settings.batch_size):
+            self._instances(pass_id, batch, since_ms, now_ms, stats)
+        self._report_replays()
 
     def _instances(self, pass_id: int, batch: list[LegacyInstance], since_ms: int, now_ms: int,
                    stats: dict[str, int]) -> None:
@@ -251,7 +266,9 @@ class Reconciler:
         if (instance.started_at or 0) > cutoff_s:
             return False  # in flight: inside the grace window
         if run is None:
-            self._maybe_missing(instance)
+            self._missing(instance.cron_id, instance.started_at or 0,
+                          {"legacy": {"status": instance.status, "pid": instance.pid}, "shadow": None},
+                          instance_id=instance.id)
             return True
         return self._compare(instance, run, stats)
 
@@ -295,19 +312,19 @@ class Reconciler:
         self._emit([entry.finding() for entry in self._replays.values()])
         self._replays.clear()
 
-    def _maybe_missing(self, instance: LegacyInstance) -> None:
-        """A 2.x execution with no shadow Run counts only if its origin was being shadowed when it began."""
-        cron = self._cron(instance.cron_id) if instance.cron_id is not None else None
-        origin = Origin(infer_scheduled_origin(cron, int(instance.started_at or 0), self._scheduler_mode,
-                                               self._tz).origin)
+    def _missing(self, cron_id: int | None, started_s: int | float, diff: dict[str, Any], *,
+                 instance_id: int | None = None, log_ref: str | None = None) -> None:
+        """A 2.x execution (a RunningInstances row, or a log file before v2.21) with no shadow Run counts only if
+        its origin was being shadowed when it began."""
+        cron = self._cron(cron_id) if cron_id is not None else None
+        origin = Origin(infer_scheduled_origin(cron, int(started_s), self._scheduler_mode, self._tz).origin)
         # Without a callback a panel run looks like an ad-hoc one: either could be the truth.
         candidates = {origin} | ({Origin.MANUAL, Origin.BOOT} if origin is Origin.SCRIPT else set())
-        started_ms = int((instance.started_at or 0) * 1000)
+        started_ms = int(started_s * 1000)
         for candidate in candidates:
             since = self._enabled_since(candidate)
             if self._modes.mode_for(candidate) is not Mode.OFF and since is not None and started_ms >= since:
-                self._emit([Finding(MismatchKind.MISSING, instance.cron_id, None, instance.id, origin,
-                                    {"legacy": {"status": instance.status, "pid": instance.pid}, "shadow": None})])
+                self._emit([Finding(MismatchKind.MISSING, cron_id, None, instance_id, origin, diff, log_ref)])
                 return
 
     # -- shadow Runs with no (or two) 2.x executions ------------------------------------------------
@@ -350,7 +367,8 @@ class Reconciler:
                 recent = (cron.last_execution_time or 0) * 1000 > cutoff_ms or \
                     any(r.created_at_ms > cutoff_ms for r in runs)
                 if not recent:
-                    self._emit(compare_cron(cron_id, cron.status, cron.pid, runs))
+                    self._emit(compare_cron(cron_id, cron.status, cron.pid, runs,
+                                            queued_status=self._queued_status))
                 self._judged.cron(cron_id, compared=not recent)
             after = ids[-1]
 

@@ -2,8 +2,11 @@
 
 First the ends kept for a stop decision whose window is over are decided (bridge.jobs.stop_decisions), so an
 exit code observed before a restart is never lost; a Run whose pending end is not due yet is left to the decider.
-Then 2.x's own instance row, found by the execution's identity (cron id, pid, log path, begin second), says
-how the execution ended. Which evidence decides a row that still says running depends on the deployment:
+Then what 2.x recorded of the execution says how it ended (bridge.jobs.evidence, chosen by release): from v2.21
+its own instance row, found by the execution's identity (cron id, pid, log path, begin second); before, its log
+file (an end line: ended, with the duration it gives and no outcome, or stopped by its marker) and its cron's
+Crontabs row (still running with the Run's log path: running). Which evidence decides an execution 2.x still
+shows running depends on the deployment:
 
 - 2.x's processes visible (the bridge shares 2.x's pid namespace; ``ProcProbe.sees_legacy``): only the recorded
   process identity (boot id, start ticks, process group) proves the shell alive; a shell that is gone or cannot
@@ -23,22 +26,26 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Protocol
+from typing import Any, Protocol
 
 from bridge.domain.events import ErrorCode, EventType
 from bridge.domain.model import AttemptStatus, RunStatus
-from bridge.jobs.stop_decisions import RECONCILER, StopDecisions, instance_of, legacy_stop_code
+from bridge.jobs.evidence import (
+    ENDED_WITHOUT_OUTCOME,
+    OUTCOME_NOT_REPORTED,
+    ExecutionEvidence,
+    ExecutionState,
+    InstanceRowEvidence,
+    LegacyExecution,
+)
+from bridge.jobs.stop_decisions import RECONCILER, StopDecisions
 from bridge.service.pending_ends import PendingEndStore
 from bridge.service.reconcile import UnfinishedRun, UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import ShadowRecorder
-from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
 from legacy_adapters.reader import LegacyReader
-from legacy_adapters.records import LegacyInstance
-from legacy_adapters.schema import InstanceStatus
-from legacy_adapters.timeconv import epoch_seconds_to_ms
 
 log = logging.getLogger("bridge.jobs.recovery")
 PAGE = 64  # runs per page (docs/run-state.md#startup-scan-bounds)
@@ -52,14 +59,17 @@ class RecoveryMetrics(Protocol):
 
 def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyReader, pending: PendingEndStore,
                        probe: ProcProbe | None = None, *, decisions: StopDecisions, recorder: ShadowRecorder,
-                       max_pages: int = 32, metrics: RecoveryMetrics | None = None) -> Counter[str]:
+                       max_pages: int = 32, metrics: RecoveryMetrics | None = None,
+                       evidence: ExecutionEvidence | None = None) -> Counter[str]:
     """Check each non-terminal legacy-owned Run once; returns how many ended in each outcome.
 
     Never raises for 2.x's database: Runs it cannot read for are counted as ``deferred:<state>`` (the
     DatabaseState code) and left untouched, so calling it again once 2.x's database reads settles them.
     ``pending`` holds the ends kept for a stop decision: ``decisions`` (over the same store) decides first those
-    whose window is over. ``recorder`` cancels the Runs of executions 2.x shows stopped.
+    whose window is over. ``recorder`` cancels the Runs of executions 2.x shows stopped. ``evidence``: the records
+    of executions the release keeps (bootstrap chooses; RunningInstances rows by default).
     """
+    evidence = evidence or InstanceRowEvidence(reader)
     probe = probe or ProcProbe()
     judge_processes = probe.sees_legacy()  # once per call: the deployment does not change under it
     outcomes: Counter[str] = Counter({f"stop_decision:{kind}": n
@@ -77,7 +87,7 @@ def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRe
                 continue
             if unavailable is None:
                 try:
-                    outcomes[_recover(run, runs, recorder, reader, probe if judge_processes else None)] += 1
+                    outcomes[_recover(run, runs, recorder, evidence, probe if judge_processes else None)] += 1
                     continue
                 except LegacyDatabaseError as exc:  # its reason is the state 2.x's database is in
                     unavailable = exc.reason
@@ -101,27 +111,26 @@ def _decide_pending_ends(decisions: StopDecisions) -> Counter[str]:
     return total
 
 
-def _recover(run: UnfinishedRun, runs: RunService, recorder: ShadowRecorder, reader: LegacyReader,
+def _recover(run: UnfinishedRun, runs: RunService, recorder: ShadowRecorder, evidence: ExecutionEvidence,
              probe: ProcProbe | None) -> str:
-    """One Run against its 2.x row; ``probe`` None: 2.x's processes are not visible, so its row decides alone."""
+    """One Run against what 2.x shows of its execution; ``probe`` None: 2.x's processes are not visible, so 2.x's
+    records decide alone."""
     if run.legacy_cron_id is None:  # no 2.x execution names it: nothing of 2.x's can show it alive
         return _lost(runs, run, "no_legacy_instance")
-    instance = instance_of(reader, run.legacy_cron_id, run.legacy_pid, run.log_ref, run.started_at_ms,
-                           run.created_at_ms)
-    if instance is None:
+    execution = evidence.execution_of(run)
+    if execution is None:
         return _lost(runs, run, "no_legacy_instance")
-    if instance.status == InstanceStatus.STOPPED:
-        finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
-        recorder.cancel_run(run.id, actor=RECONCILER, code=legacy_stop_code(reader, instance),
-                            evidence="legacy_instance", finished_at_ms=finished)
+    if execution.state is ExecutionState.STOPPED:
+        recorder.cancel_run(run.id, actor=RECONCILER, code=execution.stop_code or ErrorCode.STOPPED_IN_LEGACY,
+                            evidence=execution.evidence, finished_at_ms=execution.finished_at_ms)
         return "cancelled"
-    if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
-        return _complete(runs, run, instance)
+    if execution.state is ExecutionState.ENDED:
+        return _complete(runs, run, execution)
     if probe is None:
-        if instance.status != InstanceStatus.RUNNING:  # a status 2.x never writes proves nothing either way
+        if not execution.claims_running:
             return _lost(runs, run, "process_unprovable")
-        _still_running(runs, run, {"evidence": "legacy_instance", "reason": PROCESSES_NOT_VISIBLE})
-        return "running:legacy_instance"
+        _still_running(runs, run, {"evidence": execution.evidence, "reason": PROCESSES_NOT_VISIBLE})
+        return f"running:{execution.evidence}"
     alive = probe.same_process(run.legacy_pid, ProcessHandle.from_json(run.executor_handle))
     if alive:
         _still_running(runs, run, {"evidence": "process_identity"})
@@ -135,9 +144,9 @@ def _still_running(runs: RunService, run: UnfinishedRun, why: dict[str, str]) ->
                 actor=RECONCILER, command="reconcile", dedupe_key=None)
 
 
-def _complete(runs: RunService, run: UnfinishedRun, instance: LegacyInstance) -> str:
-    failed = instance.status == InstanceStatus.ERROR
-    exit_code = exit_code_as_given(instance.exit_code)
+def _complete(runs: RunService, run: UnfinishedRun, execution: LegacyExecution) -> str:
+    """Close the Run as 2.x shows it ended: with its outcome, or ended without a reported one (before v2.21)."""
+    ended = execution.ended_as or ENDED_WITHOUT_OUTCOME
 
     def work(tx: RunTransaction) -> None:
         current = tx.store.get_run(run.id)
@@ -145,13 +154,16 @@ def _complete(runs: RunService, run: UnfinishedRun, instance: LegacyInstance) ->
         if current is None or current.is_terminal or attempt is None or attempt.is_terminal:
             return
         change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-end:{run.id}")
-        error = {"error_code": ErrorCode.PROCESS_EXIT_ERROR.value} if failed else {}
-        finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
-        evidence = {"evidence": "legacy_instance", "legacy_status": int(instance.status or 0)}
-        change.move_attempt(attempt, AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED, payload=evidence,
-                            exit_code=exit_code, finished_at_ms=finished, **error)
-        change.move_run(RunStatus.FAILED if failed else RunStatus.SUCCEEDED, payload=evidence,
-                        finished_at_ms=finished, **error)
+        error: dict[str, Any] = {"error_code": ended.error_code.value} if ended.error_code else {}
+        if not execution.outcome_reported:
+            error["error_summary"] = OUTCOME_NOT_REPORTED
+        finished = execution.finished_at_ms
+        payload = {"evidence": execution.evidence, **execution.details,
+                   **({} if execution.outcome_reported else {"outcome": OUTCOME_NOT_REPORTED})}
+        duration = {"duration_ms": execution.duration_ms} if execution.duration_ms is not None else {}
+        change.move_attempt(attempt, ended.attempt, payload=payload, exit_code=execution.exit_code,
+                            finished_at_ms=finished, **{k: v for k, v in error.items() if k == "error_code"})
+        change.move_run(ended.run, payload=payload, finished_at_ms=finished, **duration, **error)
         tx.commit(change)
 
     runs.transaction(work)

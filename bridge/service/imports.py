@@ -40,6 +40,11 @@ class ImportStore(BulkRunWriter, Protocol):
         """Which of these idempotency keys already name a Run of the project (one read)."""
         ...
 
+    def existing_log_refs(self, project_id: str, refs: Sequence[tuple[int, str]]) -> set[tuple[int, str]]:
+        """Which of these (cron id, log path digest) pairs a Run of the project already holds (one read): before
+        v2.21 a log names an execution, and the callbacks' Runs carry the same pair."""
+        ...
+
     def put_task_snapshot(self, snapshot: TaskSnapshot) -> None:
         """Insert the snapshot unless that revision is already stored (as RunStore.put_task_snapshot)."""
         ...

@@ -166,6 +166,11 @@ class ReconcileLookups(Protocol):
         """Runs (with attempt 1's fields) for a batch of idempotency keys, by key."""
         ...
 
+    def runs_by_log_refs(self, refs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], list[ComparedRun]]:
+        """Runs (with attempt 1's fields) of these (cron id, log path digest) pairs, by pair, oldest first: before
+        v2.21 a log file is what names an execution, and it holds no pid."""
+        ...
+
     def mark_seen(self, pass_id: int, run_ids: Sequence[str]) -> set[str]:
         """Note Runs a 2.x row matched in this pass; returns those an earlier call of the same pass had noted."""
         ...

@@ -39,6 +39,16 @@ class SqlImportStore:
         stmt = select(r.c.idempotency_key).where(r.c.project_id == project_id, r.c.idempotency_key.in_(list(keys)))
         return {row[0] for row in self._conn.execute(stmt)}
 
+    def existing_log_refs(self, project_id: str, refs: Sequence[tuple[int, str]]) -> set[tuple[int, str]]:
+        wanted = set(refs)
+        if not wanted:
+            return set()
+        r = runs_table
+        stmt = (select(r.c.legacy_cron_id, r.c.log_ref)
+                .where(r.c.project_id == project_id, r.c.legacy_cron_id.in_(sorted({c for c, _ in wanted})),
+                       r.c.log_ref.in_(sorted({ref for _, ref in wanted}))))
+        return {(row[0], row[1]) for row in self._conn.execute(stmt)} & wanted
+
     def import_cursor(self) -> int:
         t = bridge_settings_table
         value = self._conn.execute(select(t.c.value).where(t.c.key == CURSOR_KEY)).scalar()

@@ -70,6 +70,28 @@ class SqlReconcileStore:
         with self.read() as conn:
             return {row.idempotency_key: compared_run_from_row(row._mapping) for row in conn.execute(stmt)}
 
+    def runs_by_log_refs(self, refs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], list[ComparedRun]]:
+        """Runs of these (cron, log digest) pairs, oldest first (ix_runs_cron_pid_log leads with the cron)."""
+        wanted = set(refs)
+        if not wanted:
+            return {}
+        r, a = runs_table, run_attempts_table
+        stmt = (select(r.c.id, r.c.idempotency_key, r.c.origin, r.c.status, r.c.mode, r.c.legacy_cron_id,
+                       r.c.log_ref, r.c.created_at_ms, r.c.cancel_requested_at_ms, r.c.error_code,
+                       a.c.id.label("attempt_id"), a.c.status.label("attempt_status"), a.c.exit_code,
+                       a.c.started_at_ms, a.c.finished_at_ms, a.c.pid, a.c.executor_handle)
+                .join(a, and_(a.c.run_id == r.c.id, a.c.attempt == 1), isouter=True)
+                .where(r.c.project_id == PROJECT_ID, r.c.legacy_cron_id.in_(sorted({c for c, _ in wanted})),
+                       r.c.log_ref.in_(sorted({ref for _, ref in wanted})))
+                .order_by(r.c.created_at_ms, r.c.id))
+        found: dict[tuple[int, str], list[ComparedRun]] = {}
+        with self.read() as conn:
+            for row in conn.execute(stmt):
+                pair = (row.legacy_cron_id, row.log_ref)
+                if pair in wanted:
+                    found.setdefault(pair, []).append(compared_run_from_row(row._mapping))
+        return found
+
     def mark_seen(self, pass_id: int, run_ids: Sequence[str]) -> set[str]:
         """Note Runs a 2.x instance matched in this pass; returns those an earlier call of the pass had noted.
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from legacy_adapters.schema import (
+    APPS_DDL,
     CRONTABS_DDL,
     DATABASE_DDL,
     KEYV_DDL,
@@ -33,6 +34,11 @@ from legacy_adapters.schema import (
 )
 
 DEFAULT_SYSTEM_SCOPES = ("crons", "system", "dashboard")  # what initData gives the system app
+NEWEST_RELEASE = "v2.21.0"
+# Crontabs as Sequelize's sync() creates it on a fresh install of a release line before v2.21 (model order,
+# back/data/cron.ts; docs/legacy-2x.md#crontabs-before-v221): v2.17–v2.19 end at task_after, v2.20 adds log_name
+# and allow_multiple_instances, v2.21 work_dir. Neither RunningInstances nor CrontabStats exists before v2.21.
+_COLUMNS_FROM = {"log_name": (2, 20), "allow_multiple_instances": (2, 20), "work_dir": (2, 21)}
 TOKEN_LIFETIME_S = 2_592_000  # 30 days, as GET /open/auth/token issues
 _CRON_COLUMNS = frozenset(re.findall(r"`(\w+)` (?!INTEGER PRIMARY)[A-Z]", CRONTABS_DDL))
 
@@ -130,7 +136,8 @@ class LegacyDataDir:
                 ).lastrowid
                 or 0
             )
-            if "log_name" not in cols:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(Crontabs)")}
+            if "log_name" not in cols and "log_name" in columns:
                 conn.execute("UPDATE Crontabs SET log_name = ? WHERE id = ?", (uniq_path(command, cron_id), cron_id))
         return cron_id
 
@@ -243,11 +250,14 @@ def create_legacy_data_dir(
     expired_token: bool = True,
     now_s: int | None = None,
     tz: tzinfo | None = None,
+    release: str = NEWEST_RELEASE,
 ) -> LegacyDataDir:
     """Create ``root/db/{database,keyv}.sqlite``, ``root/config/token.json`` and ``root/log/``.
 
     The ``system`` app gets ``tokens`` (default: one uuid4) valid for 30 days and ``scopes``;
-    optionally an app without the ``crons`` scope and an already expired system token.
+    optionally an app without the ``crons`` scope and an already expired system token. ``release`` (``v2.20.2``,
+    ``v2.17.13``…) shapes the database as a fresh install of it: no RunningInstances before v2.21, no
+    ``keyv.sqlite`` before v2.18.
     """
     now = int(time.time()) if now_s is None else now_s
     valid = list(tokens) if tokens else [str(uuid.uuid4())]
@@ -262,15 +272,39 @@ def create_legacy_data_dir(
     if limited:
         apps.append(_app(2, "limited", ["envs"], [{"value": limited, "expiration": now + TOKEN_LIFETIME_S}], now))
     data_dir = LegacyDataDir(root, valid[0], limited, expired, tz)
-    _create_databases(data_dir, apps, now)
+    _create_databases(data_dir, apps, now, release)
     data_dir.token_json_path.write_text(js_json({"value": valid[0], "expiration": now + TOKEN_LIFETIME_S}) + "\n")
     return data_dir
 
 
-def _create_databases(data_dir: LegacyDataDir, apps: list[dict[str, Any]], now_s: int) -> None:
+def _line(release: str) -> tuple[int, int]:
+    match = re.match(r"^v?2\.(\d+)", release)
+    if match is None:
+        raise ValueError(f"not a 2.x release: {release!r}")
+    return (2, int(match[1]))
+
+
+def crontabs_ddl(release: str) -> str:
+    """The Crontabs DDL a fresh install of ``release`` creates: v2.21.0's without the columns added later."""
+    line = _line(release)
+    ddl = CRONTABS_DDL
+    for column, since in _COLUMNS_FROM.items():
+        if line < since:
+            ddl = re.sub(rf"`{column}` [A-Z]+(\(\d+\))?, ", "", ddl)
+    return ddl
+
+
+def database_ddl(release: str) -> tuple[str, ...]:
+    """Every table of a fresh ``release`` install's database.sqlite: before v2.21 its Crontabs and Apps only."""
+    if _line(release) >= (2, 21):
+        return DATABASE_DDL
+    return (crontabs_ddl(release), APPS_DDL)
+
+
+def _create_databases(data_dir: LegacyDataDir, apps: list[dict[str, Any]], now_s: int, release: str) -> None:
     stamp = format_updated_at(now_s * 1000)
     with closing(connect(data_dir.database_path)) as conn:
-        for statement in DATABASE_DDL:
+        for statement in database_ddl(release):
             conn.execute(statement)
         with immediate(conn):
             conn.executemany(
@@ -290,6 +324,8 @@ def _create_databases(data_dir: LegacyDataDir, apps: list[dict[str, Any]], now_s
                     for a in apps
                 ],
             )
+    if _line(release) < (2, 18):
+        return  # v2.17 reads /open/* tokens from Apps; keyv.sqlite arrives in v2.18.0
     with closing(connect(data_dir.keyv_path)) as conn:
         conn.execute(KEYV_DDL)
     data_dir.write_keyv("apps", apps)

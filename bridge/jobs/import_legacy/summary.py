@@ -27,6 +27,7 @@ class ImportSummary:
     finish_time_unknown: int = 0  # of the cancelled ones: 2.x's boot reset, no finished_at
     deleted_crons: int = 0  # imported with the "deleted-cron" revision
     unusable_times: int = 0  # a time or exit code 2.x stored in a form that cannot be converted: kept null
+    unfinished_logs: int = 0  # before v2.21: task logs without an end line (running, or never ended), not imported
     batches: int = 0
     resumed_after: int = 0  # the cursor the import started from (0: the beginning)
     last_id: int = 0  # the cursor after the import
@@ -69,6 +70,8 @@ def print_summary(summary: ImportSummary, console: Console) -> None:
         table.add_row("replayed rows of an execution (folded into its one Run)", str(summary.replayed))
     if summary.unsupported:
         table.add_row("not imported (unknown status or no cron id)", str(summary.unsupported))
+    if summary.unfinished_logs:
+        table.add_row("task logs without an end line (not imported)", str(summary.unfinished_logs))
     if summary.deleted_crons:
         table.add_row("of a deleted cron", str(summary.deleted_crons))
     if summary.unusable_times:
