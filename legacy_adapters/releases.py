@@ -131,6 +131,24 @@ class ReleaseProfile:
         return "(手动停止)" if self._from((2, 18, 0)) else None
 
     @property
+    def status_skips_unknown_ids(self) -> bool:
+        """From v2.17.7 ``status()`` skips an id it does not know; before, ``getDb`` throws (a 500)."""
+        return self._from((2, 17, 7))
+
+    @property
+    def stop_kills_row_pid(self) -> bool:
+        """``PUT /crons/stop`` kills the pid the Crontabs row holds in every release but v2.20.0, which kills by
+        command line only (``back/services/cron.ts`` at v2.20.0, v2.20.1)."""
+        return not self._line_from(ReleaseLine.V2_20) or self._line_from(ReleaseLine.V2_21) or self._from((2, 20, 1))
+
+    @property
+    def stop_kills_every_instance(self) -> bool:
+        """``PUT /crons/stop`` kills every running execution of a cron from v2.20.0 (``killAllTasks`` of its
+        command line); v2.17.0–v2.19.2 kill only the pid its Crontabs row holds, ``killTask(doc.pid)``, so an
+        overlapping execution of the same cron runs on (docs/legacy-2x.md#stops-and-log-lines-before-v221)."""
+        return self._line_from(ReleaseLine.V2_20)
+
+    @property
     def kills_single_instance(self) -> bool:
         """v2.20.0+ kills a scheduled cron's previous run when ``allow_multiple_instances`` is 0."""
         return self._line_from(ReleaseLine.V2_20)

@@ -261,7 +261,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
         keeper = build_fact_keeper(settings, metrics)
         closers.append(keeper.close)
         callbacks = build_callback_path(settings, store, metrics, modes, reader=reader, auth=authority,
-                                        on_primary_commit=notify, keeper=keeper.keeper)
+                                        on_primary_commit=notify, keeper=keeper.keeper, release=release)
         interceptor = callbacks.interceptor
         closers.append(interceptor.close)
         closers.append(interceptor.keep_fresh(FRESHEN_EVERY_S))
@@ -464,11 +464,12 @@ def _legacy_zone(settings: Settings) -> ZoneInfo:
 def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource, *,
                         reader: LegacyReader | None = None, auth: LegacyTokenAuthority | None = None,
                         on_primary_commit: Callable[[], None] = lambda: None, keep_ends: bool = True,
-                        clock: Clock | None = None, keeper: FactKeeper | None = None) -> CallbackPath:
+                        clock: Clock | None = None, keeper: FactKeeper | None = None,
+                        release: ReleaseProfile | None = None) -> CallbackPath:
     """The callback path: one recorder, the stop decisions recording through it, and the interceptor feeding
     them, checking tokens with ``auth`` (2.x's own when not given) and keeping what the store does not take with
     ``keeper`` (none: such facts are counted lost). ``keep_ends=False`` keeps no end: each end closes its Run at
-    once, and relayed stops still apply."""
+    once, and relayed stops still apply. ``release``: the 2.x release fronted (None: decided here)."""
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.scheduler_mode import resolve_scheduler_mode
@@ -476,7 +477,8 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
     reader = reader or build_legacy_reader(settings)
     clock = clock or SystemClock()
     recorder = ShadowRecorder(store.runs)
-    stops = build_stop_decisions(settings, store, recorder, reader, keep_ends=keep_ends, clock=clock)
+    stops = build_stop_decisions(settings, store, recorder, reader, keep_ends=keep_ends, clock=clock,
+                                 release=release)
     interceptor = ShadowInterceptor(
         recorder, reader, modes, metrics, clock,
         budget_ms=settings.shadow_budget_ms, primary_budget_ms=settings.primary_budget_ms,
@@ -487,16 +489,21 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
 
 
 def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecorder, reader: LegacyReader, *,
-                         keep_ends: bool = True, clock: Clock | None = None) -> StopDecisions:
-    """Stop decisions recording through ``recorder``: ends with a signal exit kept in the store until 2.x's
-    evidence of a stop decides (none kept with ``keep_ends=False``)."""
+                         keep_ends: bool = True, clock: Clock | None = None,
+                         release: ReleaseProfile | None = None) -> StopDecisions:
+    """Stop decisions recording through ``recorder``: ends that may be a stop's kept in the store until 2.x's
+    evidence of a stop decides (none kept with ``keep_ends=False``), by the rules of ``release`` (None: the
+    release ``settings`` name, decided here) and reading task logs under 2.x's ``data/log``."""
     from bridge.jobs.stop_decisions import StopDecisions
     from bridge.storage.pending_ends import SqlPendingEnds
 
     pending = (SqlPendingEnds(store.engine, busy_budget_ms=settings.sqlite_busy_budget_ms, outcomes=store.writes)
                if keep_ends else None)
+    if release is None and settings.legacy_data_dir is not None:
+        release = decide_legacy_release(settings, reader)
+    log_dir = settings.legacy_data_dir / "log" if settings.legacy_data_dir is not None else None
     return StopDecisions(recorder, reader, pending, clock or SystemClock(),
-                         window_ms=settings.stop_decision_window_s * 1000)
+                         window_ms=settings.stop_decision_window_s * 1000, release=release, log_dir=log_dir)
 
 
 def bookkeeping_prunes(engine: Engine) -> dict[str, Prune]:

@@ -366,7 +366,12 @@ class ShadowInterceptor:
             self._metrics.callback_unmatched(None, "unmatched")
             return None
         decision = infer_scheduled_origin(cron, command.begin_s, self._scheduler_mode, self._tz)
-        return self._context(cron, decision)
+        context = self._context(cron, decision)
+        facts = command.facts
+        if context is not None and facts.pid is None and cron.pid and log_path_digest(cron.log_path) == facts.log_ref:
+            # A v2.17.0–v2.18.1 end sends no pid; the row beside its log path still holds its start's.
+            context = replace(context, row_pid=cron.pid)
+        return context
 
     def _context(self, cron: LegacyCron, decision: OriginDecision, shell_handle: str | None = None,
                  mode: Mode = Mode.SHADOW, accept_as: Mode | None = None) -> ExecutionContext | None:

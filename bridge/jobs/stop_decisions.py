@@ -10,7 +10,17 @@ window instead of closing the Run, and the Run closes on the first evidence, in 
 2. once the window is over, 2.x's instance row of the execution: stopped with neither finish time nor exit
    code → legacy_boot_reset (initData); stopped, and a single-instance cron started again right after →
    replaced_by_next_run (runCron); stopped otherwise → stopped_in_legacy. Any other row (error, finished,
-   still running, none) → the exit code decides: a signal exit with no stop evidence stays failed, as 2.x says.
+   still running) → the exit code decides: a signal exit with no stop evidence stays failed, as 2.x says;
+3. where 2.x has no instance row of it (v2.17–v2.20 have no RunningInstances), the task shell's own word that
+   its signal trap ended it: the seam block's trapped header, else 2.x's stop marker on the log's end line
+   (``(手动停止)`` from v2.18.0, which v2.18.1+ writes after the end callback: hence the wait). Then a
+   single-instance cron whose Crontabs row shows a newer execution begun right after → replaced_by_next_run
+   (runCron, v2.20); otherwise → stopped_in_legacy. No word from the trap → the exit code decides.
+
+Before v2.21 an end may say nothing of how it ended (no exit code): it is kept too while a stop of its cron is in
+flight, and, where the release writes a stop marker, for the window, to read the log's end line. From v2.17 to
+v2.19 a relayed stop kills only the pid 2.x's Crontabs row holds (``killTask(doc.pid)``): the other open Runs of
+the cron ran on, and are passed over.
 
 While a stop of the cron is on its way to 2.x (forwarded, not yet answered), an end with any failing exit (the
 trap's code need not be a signal's) is kept too, and no pending end of that cron is decided: the stop's answer is
@@ -31,6 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import islice
+from pathlib import Path
 
 from bridge.domain.events import Actor, ActorType, ErrorCode, is_signal_exit
 from bridge.service.callback_facts import CallbackFacts, Outcome, ShadowResult
@@ -41,8 +52,10 @@ from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key, speaking_row
 from legacy_adapters.reader import LegacyReader
-from legacy_adapters.records import LegacyInstance
+from legacy_adapters.records import LegacyCron, LegacyInstance
+from legacy_adapters.releases import ReleaseProfile
 from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.task_log import ends_with_stop_marker, find_task_log
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects
 
@@ -112,8 +125,17 @@ class StopDecisions:
 
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, pending: PendingEndStore | None,
                  clock: Clock, *, window_ms: int = DEFAULT_WINDOW_S * 1000,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, release: ReleaseProfile | None = None,
+                 log_dir: Path | None = None) -> None:
+        """``release``: the 2.x release fronted (None: the newest line's rules); ``log_dir``: 2.x's ``data/log``,
+        where a task's log tells of its trap (None: never read)."""
         self._recorder = recorder
+        self._log_dir = log_dir
+        # Before v2.21 no instance row says an execution was stopped: its log's end line does, where the release
+        # marks it (docs/legacy-2x.md#stops-and-log-lines-before-v221).
+        self._stop_marker = release.stop_marker if release is not None and log_dir is not None \
+            and not release.has_running_instances else None
+        self._kills_every_instance = release is None or release.stop_kills_every_instance
         self._reader = reader
         self._pending = pending
         self._clock = clock
@@ -150,10 +172,7 @@ class StopDecisions:
     def keep(self, facts: CallbackFacts, read_ahead: list[ActiveCandidate] | None = None) -> ShadowResult | None:
         """Keep an end with a signal exit whose Run is open, or with any failing exit while a stop of its cron is
         on its way to 2.x; None: close it the usual way, now."""
-        if self._pending is None:
-            return None
-        failed = facts.exit_code not in (None, 0)
-        if not is_signal_exit(facts.exit_code) and not (failed and self.stop_in_flight(facts.cron_id)):
+        if self._pending is None or not self._may_be_a_stop(facts):
             return None
         run = self._recorder.deferrable_run(facts, read_ahead)
         if run is None:
@@ -161,15 +180,27 @@ class StopDecisions:
         self._pending.add(PendingEnd(facts, run.id, run.created_at_ms, facts.received_at_ms + self._window_ms))
         return ShadowResult(Outcome.DEFERRED, run.id, run.origin)
 
+    def _may_be_a_stop(self, facts: CallbackFacts) -> bool:
+        """Whether the end may be a stop's, so that its Run waits for the evidence: the trap sent it, it reports a
+        signal exit, it does not report success while a stop of its cron is in flight, or it reports nothing and
+        the log's end line will tell."""
+        if facts.trapped or is_signal_exit(facts.exit_code):
+            return True
+        if facts.exit_code != 0 and self.stop_in_flight(facts.cron_id):  # failing, or no exit code (before v2.21)
+            return True
+        return facts.exit_code is None and self._stop_marker is not None
+
     def relayed_stop(self, cron_id: int, received_at_ms: int) -> list[ShadowResult]:
         """2.x accepted ``PUT /crons/stop`` for this cron, which reached the bridge at ``received_at_ms``.
 
         Ends kept since then are the stop's own kills; a Run whose end was kept before had ended already (2.x
         closed its row on that end, and the stop's update passes it by): its pending end is decided on its own.
+        So is a Run the stop did not kill (v2.17–v2.19 kill only the row's pid).
         """
         kept = self._pending.for_cron(cron_id, 0) if self._pending is not None else []
-        ended = [end for end in kept if end.facts.received_at_ms >= received_at_ms]
-        earlier = {end.run_id for end in kept if end.facts.received_at_ms < received_at_ms}
+        spared = self._spared_by_stop(cron_id)
+        ended = [end for end in kept if end.facts.received_at_ms >= received_at_ms and end.run_id not in spared]
+        earlier = {end.run_id for end in kept if end.facts.received_at_ms < received_at_ms} | spared
         results = self._recorder.record_stop(cron_id, received_at_ms, ended, passed_over=earlier)
         self._forget(ended)
         return results
@@ -215,13 +246,42 @@ class StopDecisions:
         return outcomes
 
     def verdict(self, end: PendingEnd) -> EndVerdict:
-        """What 2.x's instance row of the pending end's execution says (raises when 2.x's database does not read)."""
+        """What 2.x's instance row of the pending end's execution says, else (no row: before v2.21) what the task
+        shell's trap left; raises when 2.x's database does not read."""
         facts = end.facts
         instance = instance_of(self._reader, facts.cron_id, facts.pid, facts.log_ref, facts.started_at_ms,
                                end.run_created_at_ms)
-        if instance is not None and instance.status == InstanceStatus.STOPPED:
-            return EndVerdict(legacy_stop_code(self._reader, instance), "legacy_instance", RECONCILER)
-        return EndVerdict(None, "no_stop_evidence")
+        if instance is not None:
+            if instance.status == InstanceStatus.STOPPED:
+                return EndVerdict(legacy_stop_code(self._reader, instance), "legacy_instance", RECONCILER)
+            return EndVerdict(None, "no_stop_evidence")
+        cron = self._reader.get_cron(facts.cron_id)
+        trap = "trapped_end" if facts.trapped else "log_stop_marker" if self._marked_stopped(facts, cron) else None
+        if trap is None:
+            return EndVerdict(None, "no_stop_evidence")
+        code = ErrorCode.REPLACED_BY_NEXT_RUN if cron is not None and replaced_per_row(cron, facts) \
+            else ErrorCode.STOPPED_IN_LEGACY
+        return EndVerdict(code, trap, RECONCILER)
+
+    def _marked_stopped(self, facts: CallbackFacts, cron: LegacyCron | None) -> bool:
+        """Whether the execution's log ends with the release's stop marker (found through the cron's row)."""
+        if self._stop_marker is None or self._log_dir is None or facts.log_ref is None:
+            return False
+        path = find_task_log(self._log_dir, facts.log_ref, cron.log_path if cron is not None else None)
+        return path is not None and ends_with_stop_marker(path, self._stop_marker)
+
+    def _spared_by_stop(self, cron_id: int) -> set[str]:
+        """The open Runs of the cron a stop did not kill: on releases that kill only the pid the Crontabs row
+        holds, every other one (read after 2.x answered: the stop leaves the row's pid as it was)."""
+        if self._kills_every_instance:
+            return set()
+        try:
+            cron = self._reader.get_cron(cron_id)
+        except LegacyDatabaseError:
+            return set()  # unknown: the Runs end as 2.x's row does, idle
+        killed = cron.pid if cron is not None else None
+        open_runs = self._recorder.read_ahead_end(cron_id)
+        return {c.run.id for c in open_runs if killed is None or c.run.legacy_pid != killed}
 
     def _forget(self, ended: list[PendingEnd]) -> None:
         if self._pending is not None and ended:
@@ -265,6 +325,17 @@ class StopDeciderThread:
 def decider_interval_s(window_s: float) -> float:
     """How often the decider looks for ends whose window is over: half the window, within 0.2..1 s."""
     return max(0.2, min(1.0, window_s / 2))
+
+
+def replaced_per_row(cron: LegacyCron, facts: CallbackFacts) -> bool:
+    """runCron's single-instance kill (v2.20, ``allow_multiple_instances === 0``) as 2.x's Crontabs row shows it
+    where there is no instance row: the row has moved on to another execution (another log path) that began
+    within REPLACEMENT_GAP_S of this one's end (back/shared/runCron.ts@v2.20.2: kill, idle, spawn)."""
+    began = cron.last_execution_time
+    if cron.allow_multiple_instances is not False or not began or log_path_digest(cron.log_path) == facts.log_ref:
+        return False
+    ended_s = facts.received_at_ms // 1000
+    return ended_s - 1 <= began <= ended_s + REPLACEMENT_GAP_S
 
 
 def _started_ms(instance: LegacyInstance) -> int | None:

@@ -45,6 +45,9 @@ class ExecutionContext:
     snapshot: TaskSnapshot | None = None
     mode: str = Mode.SHADOW.value
     executor_handle: str | None = None  # process identity of the shell, taken at its start callback
+    # For an end without a pid (v2.17.0–v2.18.1): the pid 2.x's Crontabs row holds beside the end's own log path,
+    # i.e. the pid its start callback wrote (2.x never writes the end's NaN pid), when the row still names it.
+    row_pid: int | None = None
 
     @property
     def owner(self) -> str:

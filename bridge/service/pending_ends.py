@@ -1,4 +1,5 @@
-"""Pending ends: an end callback with a signal exit kept while 2.x's evidence of a stop comes in.
+"""Pending ends: an end callback that may be a stop's (a signal exit, the shell's trap, no exit code before v2.21)
+kept while 2.x's evidence of a stop comes in.
 
 A signal exit (128 + N) is no proof of a stop. The end is kept (``PendingEnd``) for a bounded window, and its
 Run is then closed as decided (``EndVerdict``): cancelled with the stop's source, or by its exit code. The

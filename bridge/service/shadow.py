@@ -120,7 +120,11 @@ class ShadowRecorder:
                 raise ctx  # rolls this transaction back, having written nothing
             if ctx is None:
                 return ShadowResult(Outcome.UNMATCHED)
-            run = _open_run(tx, facts, ctx, synthesized=True)
+            started = _run_of_row_pid(tx, facts, ctx)
+            if started is not None:  # a pid-less end of a Run that has closed: a replay, or late
+                return _late_or_duplicate(tx, started, f"late:{facts.end_key}", "end", facts.end_key)
+            run = _open_run(tx, replace(facts, pid=facts.pid if facts.pid is not None else ctx.row_pid), ctx,
+                            synthesized=True)
             closed = _close(tx, ActiveCandidate(*_reload(tx, run)), facts)
             return ShadowResult(Outcome.BACKFILLED, closed.run_id, ctx.origin)
 
@@ -235,15 +239,33 @@ class _Unread(Exception):
 def correlate(candidates: list[ActiveCandidate], facts: CallbackFacts) -> list[ActiveCandidate]:
     """Every candidate at the first level that has any: (pid, log digest), then pid, then the Runs no pid
     contradicts (a Run whose known pid differs is another execution, never a guess). One is a match;
-    several are ambiguous."""
-    if facts.pid is not None:
-        strong = [c for c in candidates if c.run.legacy_pid == facts.pid and c.run.log_ref == facts.log_ref]
-        if strong:
-            return strong
-        by_pid = [c for c in candidates if c.run.legacy_pid == facts.pid]
-        if by_pid:
-            return by_pid
-    return [c for c in candidates if c.run.legacy_pid is None or facts.pid is None]
+    several are ambiguous.
+
+    An end without a pid (v2.17.0–v2.18.1 send ``''``, docs/legacy-2x.md#callback-bodies-before-v221) is placed by
+    its log path, which names one execution (its start time to the millisecond), then by its begin second; a Run
+    whose known log path differs is another execution, as a differing pid is. The rule holds on every release:
+    from v2.18.2 every end carries its pid."""
+    if facts.pid is None:
+        return _by_log(candidates, facts)
+    strong = [c for c in candidates if c.run.legacy_pid == facts.pid and c.run.log_ref == facts.log_ref]
+    if strong:
+        return strong
+    by_pid = [c for c in candidates if c.run.legacy_pid == facts.pid]
+    if by_pid:
+        return by_pid
+    return [c for c in candidates if c.run.legacy_pid is None]
+
+
+def _by_log(candidates: list[ActiveCandidate], facts: CallbackFacts) -> list[ActiveCandidate]:
+    """The candidates of a pid-less end: its log path's, narrowed by its begin second when that tells them apart;
+    with no log path of its own, every Run (nothing contradicts it)."""
+    if facts.log_ref is None:
+        return list(candidates)
+    same_log = [c for c in candidates if c.run.log_ref == facts.log_ref]
+    if same_log:
+        same_begin = [c for c in same_log if c.run.started_at_ms == facts.started_at_ms]
+        return same_begin or same_log
+    return [c for c in candidates if c.run.log_ref is None]
 
 
 def _strong_match(candidates: list[ActiveCandidate], facts: CallbackFacts) -> ActiveCandidate | None:
@@ -255,6 +277,13 @@ def _strong_match(candidates: list[ActiveCandidate], facts: CallbackFacts) -> Ac
     if (candidate.run.legacy_pid, candidate.run.log_ref) != (facts.pid, facts.log_ref):
         return None
     return candidate if candidate.attempt is not None and not candidate.attempt.is_terminal else None
+
+
+def _run_of_row_pid(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext) -> Run | None:
+    """The Run a pid-less end belongs to by the pid 2.x's row keeps beside its log path (its start's key)."""
+    if facts.pid is not None or ctx.row_pid is None:
+        return None
+    return tx.store.get_run_by_idempotency_key(PROJECT_ID, replace(facts, pid=ctx.row_pid).execution_key)
 
 
 def _open_run(tx: RunTransaction, facts: CallbackFacts, ctx: ExecutionContext, *, synthesized: bool) -> Run:

@@ -3,6 +3,8 @@ stop path, the reconciler and recovery make."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bridge.service.callback_facts import CallbackFacts
 from bridge.service.pending_ends import PendingEnd
 from bridge.storage.pending_ends import SqlPendingEnds
@@ -60,3 +62,16 @@ def test_an_exit_code_of_any_size_2x_accepts_is_kept(sql_backend: Backend) -> No
     pending = SqlPendingEnds(sql_backend.engine)  # type: ignore[arg-type]
     pending.add(end(exit_code=2**53 - 1))
     assert pending.due(10**12, 1)[0].facts.exit_code == 2**53 - 1
+
+
+def test_an_end_with_no_exit_code_and_one_the_trap_sent_are_kept_as_given(sql_backend: Backend) -> None:
+    """Before v2.21 an end carries no exit code, and the seam block may say the shell's trap sent it."""
+    pending = SqlPendingEnds(sql_backend.engine)  # type: ignore[arg-type]
+    silent = end(pid=1, run_id="r1")
+    silent = PendingEnd(replace(silent.facts, exit_code=None), "r1", 510, 2_000)
+    trapped = end(pid=2, run_id="r2")
+    trapped = PendingEnd(replace(trapped.facts, exit_code=None, trapped=True), "r2", 510, 2_000)
+    assert pending.add(silent) and pending.add(trapped)
+    assert pending.add(trapped) is False  # still one key per end
+    kept = {e.run_id: e.facts for e in pending.due(2_000, 10)}
+    assert kept == {"r1": silent.facts, "r2": trapped.facts}
