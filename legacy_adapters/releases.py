@@ -160,6 +160,20 @@ class ReleaseProfile:
         return self._line_from(ReleaseLine.V2_19)
 
     @property
+    def default_backend_port(self) -> int:
+        """The port the backend listens on when its environment sets no ``BACK_PORT``: ``.env``'s (copied from
+        ``.env.example`` by the image), 5600 up to v2.19.2 (nginx listens on ``QlPort`` and proxies to it), 5700
+        from v2.20.0 (no nginx; the entrypoint also exports ``BACK_PORT=${ql_port}``) (``.env.example``,
+        ``docker/docker-entrypoint.sh`` at v2.19.2, v2.20.0)."""
+        return 5700 if self._line_from(ReleaseLine.V2_20) else 5600
+
+    @property
+    def reads_ql_data_dir(self) -> bool:
+        """From v2.17.6 ``QL_DATA_DIR`` (environment or ``.env``) moves the data directory; before, it is always
+        ``<QL_DIR>/data`` (``back/config/index.ts`` at v2.17.5, v2.17.6)."""
+        return self._from((2, 17, 6))
+
+    @property
     def log_names_carry_start(self) -> bool:
         """Every release names a task log after its start time (local zone): the time-zone evidence."""
         return True

@@ -221,13 +221,16 @@ def timeline(rows: Iterable[tuple[int, str, int]]) -> list[dict[str, Any]]:
 
 
 def assemble(*, generated_at_ms: int, window: Window, thresholds: GateThresholds, origins: list[dict[str, Any]],
-             mismatch_timeline: list[dict[str, Any]], notes: list[str]) -> dict[str, Any]:
-    """The whole document, keys in the documented order."""
+             mismatch_timeline: list[dict[str, Any]], notes: list[str],
+             legacy_release: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole document, keys in the documented order; ``legacy_release``: the 2.x release measured
+    (``release_header``), None when it was not decided."""
     return {
         "schema": SCHEMA,
         "generated_at": rfc3339(generated_at_ms),
         "generated_at_local": local_time(generated_at_ms, window.zone),
         "time_zone": window.zone,
+        "legacy_release": legacy_release,
         "window": {"start": rfc3339(window.start_ms), "end": rfc3339(window.end_ms),
                    "start_ms": window.start_ms, "end_ms": window.end_ms,
                    "start_local": local_time(window.start_ms, window.zone),

@@ -120,7 +120,16 @@ def _header(report: dict[str, Any], zone: str) -> str:
     return (f'<header><h1>ql-bridge cutover report</h1><section id="verdicts" aria-label="Verdict per origin">'
             f'<ul class="verdicts">{lines}</ul></section>'
             f'<p id="window">Window <b>{_e(when(w["start_ms"], zone))}</b> to <b>{_e(when(w["end_ms"], zone))}</b>'
-            f" ({_e(length)}). Times are 2.x's, in {_e(zone)}, with their offset from UTC.</p></header>")
+            f" ({_e(length)}). Times are 2.x's, in {_e(zone)}, with their offset from UTC.</p>"
+            f"{_release(report.get('legacy_release'))}</header>")
+
+
+def _release(release: Any) -> str:
+    """Which 2.x release the report measured (absent from reports written before the field existed)."""
+    if not isinstance(release, dict):
+        return ""
+    return (f'<p id="legacy-release">2.x release <b>{_e(release.get("name"))}</b> '
+            f'(from {_e(release.get("evidence"))})</p>')
 
 
 def _thresholds(t: dict[str, Any]) -> str:

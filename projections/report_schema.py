@@ -34,7 +34,8 @@ _EXAMPLE = {"kind": str, "cron_id": (int, None), "run_id": (str, None), "first_s
             "occurrences": int, "diff": (dict, list, str, *_NUM, bool, None)}
 _TIMELINE = {"day": str, "kind": str, "opened": int}
 # Fields added within @1: a report written before them lacks them and stays valid; when present they are checked.
-_TOP_ADDED = {"generated_at_local": str, "time_zone": str}
+_TOP_ADDED = {"generated_at_local": str, "time_zone": str, "legacy_release": (dict, None)}
+_RELEASE = {"name": str, "line": str, "patch": (int, None), "evidence": str}
 _WINDOW_ADDED = {"start_local": str, "end_local": str}
 _ORIGIN_ADDED = {"verdict": dict, "seam": (str, None)}
 _VERDICT = {"state": str, "sentence": str}
@@ -52,6 +53,8 @@ def check_report(doc: Any) -> list[str]:
     if doc["schema"] != SCHEMA:
         errors.append(f"$.schema: expected {SCHEMA!r}, got {doc['schema']!r}")
     errors += _check(doc["window"], _WINDOW, "$.window", _WINDOW_ADDED)
+    if isinstance(doc.get("legacy_release"), dict):
+        errors += _check(doc["legacy_release"], _RELEASE, "$.legacy_release")
     errors += _check(doc["thresholds"], _THRESHOLDS, "$.thresholds")
     errors += [f"$.notes[{i}]: not a string" for i, n in enumerate(doc["notes"]) if not isinstance(n, str)]
     for i, row in enumerate(doc["mismatch_timeline"]):

@@ -66,11 +66,14 @@ def build_projector(engine: Engine, legacy_database_path: str | PathLike[str], m
 
 
 def write_cutover_report(settings: Settings, **options: Any) -> tuple[Path, Path]:
-    """`bridge report`: the report job, given the store's side once its arguments are checked."""
+    """`bridge report`: the report job, given the store's side once its arguments are checked, and the 2.x release
+    its header names (refused, naming it, when the bridge does not support it)."""
+    from bridge.bootstrap.release import decide_legacy_release
     from bridge.jobs.report import run_report
     from legacy_adapters.reader import LegacyReader
 
-    return run_report(settings, partial(_report_store, settings), LegacyReader, **options)
+    release = decide_legacy_release(settings) if settings.legacy_data_dir is not None else None
+    return run_report(settings, partial(_report_store, settings), LegacyReader, release=release, **options)
 
 
 @contextmanager

@@ -1,11 +1,14 @@
 """`ql-bridge doctor`: checks the install from evidence, each check ok / warn / fail with its fix.
 
-What it looks at, and never assumes: the bridge store's revision; 2.x's database (its state, read
-only); 2.x's HTTP health; 2.x's backend process (its `BACK_PORT`/`QlPort`, when this process can see
-it — the same pid namespace); the port every task shell ends up with (bash sources 2.x's `config/config.sh`
-with the backend's environment, as a task shell does, the ql-bridge block's /livez probe included);
-the last reconcile passes (the share of 2.x's recent executions that never reached the bridge); the
-UTC offset 2.x's own log file names were written in, against `BRIDGE_LEGACY_TZ`.
+What it looks at, and never assumes: which 2.x release the bridge fronts (bootstrap's decision, from the
+operator's word, version.yaml or the schema: doctor_release.py); the bridge store's revision; 2.x's database
+(its state, read only); 2.x's backend over HTTP (the request its release serves); 2.x's backend process (the
+one serving BRIDGE_LEGACY_DATA_DIR, its `BACK_PORT`, when this process can see it — the same pid namespace);
+the port every task shell ends up with (bash sources 2.x's `config/config.sh` with the backend's environment,
+as a task shell does, the ql-bridge block's /livez probe included); the last reconcile passes (the share of
+2.x's recent executions that never reached the bridge); the UTC offset 2.x's own log file names were written
+in (against their executions' begin times in `RunningInstances`, or in `Crontabs` before v2.21), against
+`BRIDGE_LEGACY_TZ`.
 """
 
 from __future__ import annotations
@@ -15,27 +18,35 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
+from bridge.cli.doctor_check import Check, Verdict
+from bridge.cli.doctor_release import (
+    check_upstream,
+    install_backends,
+    log_evidence,
+    release_evidence,
+)
 from bridge.config import Settings, local_zone_name
 from legacy_adapters.config_sh import config_sh_path, read_config_sh
-from legacy_adapters.install import BackendProcess, find_backend_processes, format_offset, log_name_offset_s
+from legacy_adapters.install import (
+    DEFAULT_PORT,
+    BackendProcess,
+    find_backend_processes,
+    format_offset,
+    log_name_offset_s,
+)
 from legacy_adapters.seam_block import PROBE_TIMEOUT_S, Block, SeamBlockError, find_blocks
 from legacy_adapters.task_shell import task_shell_port
 
-Verdict = Literal["ok", "warn", "fail"]
+if TYPE_CHECKING:
+    from legacy_adapters.releases import ReleaseProfile
+
+__all__ = ["Check", "Evidence", "Verdict", "examine", "render", "run_checks", "seam_checks"]
 RECENT_INSTANCES = 50
 BACKEND, SHELLS = "seam: 2.x's backend", "seam: task shells"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    verdict: Verdict
-    detail: str
-    fix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,9 +58,12 @@ class Evidence:
     legacy_database: Check
     upstream: Check
     backends: Sequence[BackendProcess]
-    recent_instances: Sequence[tuple[str | None, float | None]]  # (log_path, started_at s), newest first
+    # (log_path, begin s), newest first: RunningInstances.started_at, or Crontabs.last_execution_time before v2.21
+    recent_instances: Sequence[tuple[str | None, float | None]]
     coverage: Sequence[Any]  # projections.seam.OriginCoverage
     passes_ran: bool
+    release: ReleaseProfile | None = None  # None: refused, or not decided (the release check says why)
+    release_check: Check | None = None
 
 
 def examine(settings: Settings) -> tuple[list[str], int]:
@@ -59,7 +73,8 @@ def examine(settings: Settings) -> tuple[list[str], int]:
 
 
 def run_checks(evidence: Evidence) -> list[Check]:
-    return [evidence.store, evidence.legacy_database, evidence.upstream, check_backend_port(evidence),
+    release = [evidence.release_check] if evidence.release_check is not None else []
+    return [*release, evidence.store, evidence.legacy_database, evidence.upstream, check_backend_port(evidence),
             check_shell_port(evidence), check_coverage(evidence), check_time_zone(evidence),
             check_process_identity(evidence)]
 
@@ -72,11 +87,20 @@ def check_backend_port(evidence: Evidence) -> Check:
                      "2.x's backend process is not visible from here (another pid namespace, or no permission); "
                      f"the bridge forwards to port {forwards_to}",
                      "run the bridge in 2.x's container or with its pid namespace to let this be checked")
-    ports = sorted({b.listen_port for b in readable if b.listen_port})
+    # The install the bridge fronts: the backend(s) serving BRIDGE_LEGACY_DATA_DIR, never another install's.
+    default_port = evidence.release.default_backend_port if evidence.release is not None else DEFAULT_PORT
+    install = install_backends(readable, evidence.settings.legacy_data_dir, evidence.release)
+    ignored = install.note(default_port)
+    if not install.ours:
+        return Check(BACKEND, "warn", f"no visible 2.x backend serves BRIDGE_LEGACY_DATA_DIR="
+                     f"{evidence.settings.legacy_data_dir}{ignored}",
+                     "set BRIDGE_LEGACY_DATA_DIR to the data directory of the 2.x install the bridge fronts")
+    ports = sorted({port for b in install.ours if (port := b.listen_port_or(default_port))})
     if ports == [forwards_to]:
-        return Check(BACKEND, "ok", f"2.x's backend listens on {forwards_to}, where the bridge forwards")
+        return Check(BACKEND, "ok", f"2.x's backend listens on {forwards_to}, where the bridge forwards{ignored}")
     return Check(BACKEND, "fail",
-                 f"2.x's backend listens on {', '.join(map(str, ports))} but BRIDGE_LEGACY_URL points at {forwards_to}",
+                 f"2.x's backend listens on {', '.join(map(str, ports))} but BRIDGE_LEGACY_URL points at "
+                 f"{forwards_to}{ignored}",
                  f"set BRIDGE_LEGACY_URL=http://127.0.0.1:{ports[0]}")
 
 
@@ -135,8 +159,9 @@ def _installed_block(path: Path) -> Block | None:
 def seam_checks(settings: Settings, *, proc_root: Path = Path("/proc")) -> list[Check]:
     """The doctor's two seam lines alone, gathering only their evidence (what `ql-bridge seam` prints)."""
     not_gathered = Check("-", "warn", "not gathered for the seam lines")
+    release, _ = release_evidence(settings)
     evidence = Evidence(settings, not_gathered, not_gathered, not_gathered, find_backend_processes(proc_root), [], [],
-                        False)
+                        False, release)
     return [check_backend_port(evidence), check_shell_port(evidence)]
 
 
@@ -192,11 +217,13 @@ def gather(settings: Settings, *, proc_root: Path = Path("/proc"),
     """Collect the evidence; every probe's failure becomes a check, never an exception."""
     from projections.seam import SEAM_WINDOW_MS
 
+    release, release_check = release_evidence(settings)
     backends = find_backend_processes(proc_root)
     store_check, coverage, passes_ran = _store_evidence(settings, SEAM_WINDOW_MS)
-    legacy_check, instances = _legacy_evidence(settings)
-    return Evidence(settings, store_check, legacy_check, _upstream_check(settings, http_get), backends, instances,
-                    coverage, passes_ran)
+    legacy_check, instances = _legacy_evidence(settings, release)
+    upstream = check_upstream(settings, release, http_get or _http_status)
+    return Evidence(settings, store_check, legacy_check, upstream, backends, instances, coverage, passes_ran, release,
+                    release_check)
 
 
 def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any], bool]:
@@ -227,7 +254,8 @@ def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any
         store.close()
 
 
-def _legacy_evidence(settings: Settings) -> tuple[Check, list[tuple[str | None, float | None]]]:
+def _legacy_evidence(settings: Settings,
+                     release: ReleaseProfile | None) -> tuple[Check, list[tuple[str | None, float | None]]]:
     from legacy_adapters.database_state import FOREIGN_STATES, DatabaseState
     from legacy_adapters.reader import LegacyReader
 
@@ -241,7 +269,7 @@ def _legacy_evidence(settings: Settings) -> tuple[Check, list[tuple[str | None, 
         if state is not DatabaseState.OK:
             verdict: Verdict = "fail" if state in FOREIGN_STATES or state is DatabaseState.MISSING else "warn"
             return Check("2.x database", verdict, f"{path}: {state.value}", _DATABASE_FIXES.get(state.value)), []
-        recent = [(i.log_path, i.started_at) for i in reader.recent_instances(RECENT_INSTANCES)]
+        recent = log_evidence(reader, release, RECENT_INSTANCES)
         return Check("2.x database", "ok", f"{path}: readable"), recent
     except Exception as exc:  # noqa: BLE001
         return Check("2.x database", "fail", f"{path}: {_code(exc)}", None), []
@@ -257,19 +285,6 @@ _DATABASE_FIXES = {
     "locked": "transient: 2.x is writing; check again",
     "empty": "2.x has not created its tables yet: start it once",
 }
-
-
-def _upstream_check(settings: Settings, http_get: Callable[[str], int] | None) -> Check:
-    url = settings.legacy_url + "/api/health"
-    try:
-        status = (http_get or _http_status)(url)
-    except Exception as exc:  # noqa: BLE001
-        return Check("2.x over HTTP", "fail", f"{_without_userinfo(settings.legacy_url)} does not answer "
-                     f"({type(exc).__name__})", "start 2.x, or set BRIDGE_LEGACY_URL to where its backend listens")
-    if status == 200:
-        return Check("2.x over HTTP", "ok", f"{_without_userinfo(settings.legacy_url)}/api/health answers 200")
-    return Check("2.x over HTTP", "fail", f"{_without_userinfo(settings.legacy_url)}/api/health answers {status}",
-                 None)
 
 
 def _http_status(url: str) -> int:
@@ -295,11 +310,6 @@ def _offset_now(zone_name: str) -> int:
 def _port_of(url: str) -> int:
     parts = urlsplit(url)
     return parts.port or (443 if parts.scheme == "https" else 80)
-
-
-def _without_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def _code(exc: Exception) -> str:

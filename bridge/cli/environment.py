@@ -27,7 +27,7 @@ _SEAM = ("BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LISTEN", "BRIDGE_LEGACY_URL", "BRIDGE
 ENVIRONMENT: dict[str, tuple[str, ...]] = {
     "db upgrade": _STORE,
     "db roles": _STORE,
-    "status": _STORE,
+    "status": (*_STORE, "BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LEGACY_RELEASE", "BRIDGE_LEGACY_INSTALL_DIR"),
     "serve": (*_WRITER, *_LEGACY, *_RECONCILE, *_SERVING),
     "reconcile": (*_WRITER, *_LEGACY, *_RECONCILE),
     "report": (*_STORE, *_LEGACY, *_GATES),
@@ -37,7 +37,8 @@ ENVIRONMENT: dict[str, tuple[str, ...]] = {
     "flags set": (*_STORE, "BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LEGACY_RELEASE", "BRIDGE_LEGACY_INSTALL_DIR"),
     "flags admin-token": _STORE,
     "demo": ("BRIDGE_DATA_DIR",),
-    "doctor": (*_STORE, "BRIDGE_LEGACY_URL", "BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LEGACY_TZ", "BRIDGE_LISTEN"),
+    "doctor": (*_STORE, "BRIDGE_LEGACY_URL", "BRIDGE_LEGACY_DATA_DIR", "BRIDGE_LEGACY_TZ", "BRIDGE_LISTEN",
+               "BRIDGE_LEGACY_RELEASE", "BRIDGE_LEGACY_INSTALL_DIR"),
     "seam install": _SEAM,
     "seam remove": _SEAM,
     "seam status": ("BRIDGE_LEGACY_DATA_DIR",),

@@ -125,6 +125,9 @@ def apply(change: Change, now: datetime) -> Path | None:
 
 def install(settings: Settings, echo: Echo, *, dry_run: bool = False, probe: Probe = probe_livez) -> int:
     """`seam install`: the exit status (0: task shells now call the bridge)."""
+    from bridge.bootstrap.release import decide_legacy_release
+
+    decide_legacy_release(settings)  # refuses, naming it, a release the bridge does not support; nothing changed
     now = datetime.now(UTC)
     change = plan_install(settings, now, probe)
     if dry_run:

@@ -1,5 +1,5 @@
-"""`ql-bridge status`: the bridge store's schema revision, the origins' modes, the projection outbox, what the
-store has recorded, and the origins whose callbacks go around the bridge."""
+"""`ql-bridge status`: which 2.x release the bridge fronts, the bridge store's schema revision, the origins' modes,
+the projection outbox, what the store has recorded, and the origins whose callbacks go around the bridge."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.table import Table
 
 from bridge.cli.output import PROG
 from bridge.cli.store_access import open_store
-from bridge.config import Settings
+from bridge.config import ConfigError, Settings
 from bridge.storage.errors import url_without_password
 
 if TYPE_CHECKING:
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def show_status(console: Console) -> int:
-    """Print the status; the exit status is 1 while the schema is not this code's."""
+    """Print the status; the exit status is 1 while the schema is not this code's, or while 2.x's release is one
+    the bridge refuses to front."""
     from bridge.bootstrap import build_flags
     from bridge.jobs.project import projection_status
     from bridge.service.clock import SystemClock
@@ -38,6 +39,8 @@ def show_status(console: Console) -> int:
             bypassed = _seam_findings(store)
     finally:
         store.close()
+    release, supported = _release_line(settings)
+    console.print(f"release  {release}")
     console.print(f"store    {url_without_password(settings.database_url)} ({summary.backend})")
     state = "up to date" if summary.up_to_date else f"this code is at {summary.head}: run `{PROG} db upgrade`"
     console.print(f"schema   {summary.revision or 'empty'} ({state})")
@@ -51,7 +54,21 @@ def show_status(console: Console) -> int:
     console.print(table)
     for finding in bypassed:
         console.print(f"seam     {finding.message}: {finding.as_dict()['fix']}")
-    return 0 if summary.up_to_date else 1
+    return 0 if summary.up_to_date and supported else 1
+
+
+def _release_line(settings: Settings) -> tuple[str, bool]:
+    """The 2.x release as bootstrap decides it (legacy_adapters/releases.py), and whether the bridge fronts it."""
+    if settings.legacy_data_dir is None and settings.legacy_release is None:
+        return "not known: BRIDGE_LEGACY_DATA_DIR is not set (nor BRIDGE_LEGACY_RELEASE)", True
+    from bridge.bootstrap.release import decide_legacy_release
+
+    try:
+        profile = decide_legacy_release(settings)
+    except ConfigError as exc:  # the message names the release and why it is refused
+        return f"not supported: {exc}", False
+    patch = "" if profile.patch is not None else "; the patch is not known: set BRIDGE_LEGACY_RELEASE"
+    return profile.describe() + patch, True
 
 
 def _seam_findings(store: Store) -> list[SeamFinding]:

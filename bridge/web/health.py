@@ -11,8 +11,10 @@
     latest error code). With no write in that window, a probe: STORE_PROBE_OK or STORE_PROBE_FAILED. The
     probe opens and commits an empty write transaction: the store is reachable and would let this process
     write, but it cannot see a full disk, which only real writes show. STORE_DISABLED without a store.
-  - `upstream`: 2.x's own `/api/health` within `UPSTREAM_TIMEOUT_S`: UPSTREAM_OK, UPSTREAM_UNHEALTHY
-    (it answered, not 200), UPSTREAM_UNREACHABLE (no answer: refused, timed out, reset).
+  - `upstream`: 2.x's backend within `UPSTREAM_TIMEOUT_S`, with the request its release serves (`path`):
+    `/api/health` from v2.19, `/api/system` before, where `/api/health` is not the backend's
+    (legacy_adapters.install.backend_probe): UPSTREAM_OK, UPSTREAM_UNHEALTHY (it answered, not 200),
+    UPSTREAM_UNREACHABLE (no answer: refused, timed out, reset).
   - `flags`: the origin flags in force. FLAGS_OK; FLAGS_REFRESH_FAILING (a warning: the store could not be
     read lately and the last flags read stay in force); FLAGS_STALE ("error") once they are older than
     `BRIDGE_FLAGS_MAX_STALE_S` and still cannot be re-read (they stay in force: an unreadable store never
@@ -25,6 +27,10 @@
     executions mostly never reached the bridge ("callbacks are bypassing the bridge", projections/seam.py);
     SEAM_UNKNOWN when it cannot be read, SEAM_DISABLED as for the reconciler. Read at most every
     `SEAM_TTL_S` seconds.
+  - `legacy_release` (informational): which 2.x release the bridge fronts, as bootstrap decided it once
+    (`name`, e.g. v2.19.2, and the `evidence` that named it): LEGACY_RELEASE_KNOWN, LEGACY_RELEASE_PATCH_UNKNOWN
+    (a warning: only the line is known, e.g. from the schema; set BRIDGE_LEGACY_RELEASE), LEGACY_RELEASE_DISABLED
+    without a 2.x data directory.
 
 The outcomes are this process's own writes (`bridge serve` is one process); another process writing to
 the same store (`bridge import-legacy`, a second replica) is judged by its own.
@@ -45,8 +51,9 @@ if TYPE_CHECKING:
     from bridge.bootstrap import Store
     from bridge.config import Settings
     from bridge.service.flags import CachedModes
+    from legacy_adapters.releases import ReleaseProfile
 
-UPSTREAM_HEALTH_PATH = "/api/health"  # what 2.x's Docker HEALTHCHECK polls
+UPSTREAM_HEALTH_PATH = "/api/health"  # what 2.x's Docker HEALTHCHECK polls (the backend's from v2.19)
 UPSTREAM_TIMEOUT_S = 2.0
 WRITE_WINDOW_S = 60.0  # writes older than this say nothing about the store any more
 STALE_INTERVALS = 3
@@ -73,10 +80,11 @@ def readyz() -> tuple[Response, int]:
         checks = watch.checks()
     else:  # an app without a watch (tests, tools) checks on the request
         checks = {"store": check_store(container.store),
-                  "upstream": check_upstream(container.http, container.settings.legacy_url),
+                  "upstream": check_upstream(container.http, container.settings.legacy_url, container.release),
                   "reconciler": check_reconciler(container.store, container.settings),
                   "seam": check_seam(container.store, container.settings)}
     checks["flags"] = check_flags(container.modes)
+    checks["legacy_release"] = check_release(container.release)
     ready = all(checks[name]["status"] != "error" for name in GATES)
     return _no_store(jsonify(status="ok" if ready else "degraded", **checks)), 200 if ready else 503
 
@@ -186,16 +194,30 @@ def check_seam(store: Store | None, settings: Settings, now_s: float | None = No
     return result
 
 
-def check_upstream(http: httpx.Client, legacy_url: str) -> dict[str, Any]:
-    """GET 2.x's /api/health within a short timeout: a hung backend must not hang the probe."""
+def check_upstream(http: httpx.Client, legacy_url: str, release: ReleaseProfile | None = None) -> dict[str, Any]:
+    """GET the request ``release``'s backend serves (/api/health; /api/system before v2.19) within a short
+    timeout: a hung backend must not hang the probe."""
+    from legacy_adapters.install import backend_probe
+
+    path = backend_probe(release).path
     started = time.perf_counter()
     try:
-        response = http.get(legacy_url + UPSTREAM_HEALTH_PATH, timeout=UPSTREAM_TIMEOUT_S)
+        response = http.get(legacy_url + path, timeout=UPSTREAM_TIMEOUT_S)
     except httpx.HTTPError as exc:
-        return {"status": "error", "reason": "UPSTREAM_UNREACHABLE", "error": type(exc).__name__}
+        return {"status": "error", "reason": "UPSTREAM_UNREACHABLE", "error": type(exc).__name__, "path": path}
     ok = response.status_code == 200
     return {"status": "ok" if ok else "error", "reason": "UPSTREAM_OK" if ok else "UPSTREAM_UNHEALTHY",
-            "http_status": response.status_code, "latency_ms": _ms_since(started)}
+            "http_status": response.status_code, "latency_ms": _ms_since(started), "path": path}
+
+
+def check_release(release: ReleaseProfile | None) -> dict[str, Any]:
+    """The 2.x release bootstrap decided (informational): its name and the evidence that named it."""
+    if release is None:
+        return {"status": "disabled", "reason": "LEGACY_RELEASE_DISABLED"}
+    known = release.patch is not None
+    return {"status": "ok" if known else "warn",
+            "reason": "LEGACY_RELEASE_KNOWN" if known else "LEGACY_RELEASE_PATCH_UNKNOWN",
+            "name": release.name, "evidence": release.evidence}
 
 
 def _no_store(response: Response) -> Response:

@@ -3,12 +3,13 @@ answers at once whatever they do.
 
 Two loops, each on a thread of its own, run their checks every ``interval_s`` and keep what they found: the
 store's (one round trip, then the write check, the reconciler's last pass and the seam: bridge.web.health) and
-2.x's (`/api/health`). A loop still waiting past its deadline says so itself: the store is then
-STORE_UNREACHABLE, 2.x UPSTREAM_UNREACHABLE, while the wait goes on in the background. So a store that goes
-silent is reported within ``interval_s`` + ``store_deadline_s`` (3 s by default), and one that answers again
-within ``interval_s`` of its first answer. The loops run only while somebody asks (for ``WANTED_S`` after each
-`/readyz`), so a bridge nobody probes sends neither the store nor 2.x anything; the first request after a quiet
-spell waits for a fresh result, at most a deadline.
+2.x's (the request its release's backend serves: `/api/health`, or `/api/system` before v2.19). A loop still
+waiting past its deadline says so itself: the store is then STORE_UNREACHABLE, 2.x UPSTREAM_UNREACHABLE, while
+the wait goes on in the background. So a store that goes silent is reported within ``interval_s`` +
+``store_deadline_s`` (3 s by default), and one that answers again within ``interval_s`` of its first answer.
+The loops run only while somebody asks (for ``WANTED_S`` after each `/readyz`), so a bridge nobody probes sends
+neither the store nor 2.x anything; the first request after a quiet spell waits for a fresh result, at most a
+deadline.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class ReadinessWatch:
                     "seam": check_seam(container.store, container.settings)}
 
         def upstream_checks() -> Checks:
-            return {"upstream": check_upstream(container.http, container.settings.legacy_url)}
+            return {"upstream": check_upstream(container.http, container.settings.legacy_url, container.release)}
 
         self._loops = [
             _Loop("store", store_checks, interval_s, store_deadline_s, _store_unknown, clock),

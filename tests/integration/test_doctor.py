@@ -21,11 +21,12 @@ def install(tmp_path: Path) -> Iterator[tuple[LegacyDataDir, Legacy2xDouble, int
     data = create_legacy_data_dir(tmp_path / "ql")
     with Legacy2xDouble(data).start() as double:
         backend_port = int(double.url.rsplit(":", 1)[1])
-        # Looks like pm2's `node /ql/static/build/app.js` to /proc, with the environment the entrypoint gave it.
+        # Looks like pm2's `node /ql/static/build/app.js` to /proc, with the environment the entrypoint gave it
+        # (QL_DATA_DIR: the data directory it serves, as back/config/index.ts reads it).
         fake_backend = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
                                          str(tmp_path / "static" / "build" / "app.js")],
                                         env={"QlPort": str(backend_port), "BACK_PORT": str(backend_port),
-                                             "PATH": os.environ["PATH"]})
+                                             "QL_DATA_DIR": str(data.root), "PATH": os.environ["PATH"]})
         try:
             yield data, double, backend_port
         finally:

@@ -16,8 +16,8 @@ from projections.report_redaction import summarize_diff
 from projections.report_schema import SCHEMA, check_report
 
 WINDOW = Window(1_795_611_600_000, 1_796_216_400_000)
-TOP_KEYS = ["schema", "generated_at", "generated_at_local", "time_zone", "window", "thresholds", "origins",
-            "mismatch_timeline", "notes"]
+TOP_KEYS = ["schema", "generated_at", "generated_at_local", "time_zone", "legacy_release", "window", "thresholds",
+            "origins", "mismatch_timeline", "notes"]
 ORIGIN_KEYS = ["origin", "verdict", "mode", "observable", "note", "figures", "ratios", "gates", "ready_for_primary",
                "seam"]
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")

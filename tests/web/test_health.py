@@ -142,7 +142,8 @@ def test_readiness_is_503_naming_2x_when_it_is_unreachable_while_liveness_stays_
     assert ready.status_code == 503
     body = ready.get_json()
     assert body["status"] == "degraded"
-    assert body["upstream"] == {"status": "error", "reason": "UPSTREAM_UNREACHABLE", "error": "ConnectError"}
+    assert body["upstream"] == {"status": "error", "reason": "UPSTREAM_UNREACHABLE", "error": "ConnectError",
+                                "path": "/api/health"}
     assert body["store"]["reason"] == "STORE_WRITES_OK"
     assert live.status_code == 200 and live.get_json() == {"status": "ok"}
 

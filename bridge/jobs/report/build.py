@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.config import Settings, local_zone_name
 from bridge.domain.mismatches import MismatchKind
@@ -17,6 +17,9 @@ from legacy_adapters.reader import LegacyReader
 from projections.gates import GateThresholds, OriginFigures, Window
 from projections.report import assemble, example, origin_entry, timeline, unobservable_entry
 
+if TYPE_CHECKING:
+    from legacy_adapters.releases import ReleaseProfile
+
 EXAMPLES_PER_KIND, MAX_EXAMPLES = 3, 20
 ATTRIBUTION_CAP = 20_000  # unattributed callback mismatches held in memory while scanning
 UNOBSERVABLE = frozenset({Origin.SUBSCRIPTION.value, Origin.SYSTEM.value})
@@ -26,8 +29,9 @@ ORIGIN_ORDER = (*(o.value for o in Origin), UNKNOWN)
 def build_report(settings: Settings, sources: ReportSources, reader: LegacyReader, *, since_ms: int, until_ms: int,
                  origins: Sequence[str] | None = None, thresholds: GateThresholds | None = None,
                  now_ms: int | None = None, progress: ProgressCallback | None = None,
-                 batch_size: int = BATCH_SIZE) -> dict[str, Any]:
-    """The cutover-report document for ``origins`` (None: all) over [since_ms, until_ms]."""
+                 batch_size: int = BATCH_SIZE, release: ReleaseProfile | None = None) -> dict[str, Any]:
+    """The cutover-report document for ``origins`` (None: all) over [since_ms, until_ms]; ``release``: the 2.x
+    release bootstrap decided, named in the header."""
     thresholds = thresholds or GateThresholds()
     window = Window(since_ms, until_ms, settings.legacy_tz or local_zone_name())  # 2.x's zone, for its schedules too
     queries = sources.reads
@@ -52,8 +56,15 @@ def build_report(settings: Settings, sources: ReportSources, reader: LegacyReade
     report = assemble(generated_at_ms=now_ms if now_ms is not None else wall_clock_ms(), window=window,
                       thresholds=thresholds, origins=entries, mismatch_timeline=timeline(rows),
                       notes=[f.message for f in seam.values()] + _standard_notes(scan.excluded) + notes
-                      + _projection_notes(sources))
+                      + _projection_notes(sources), legacy_release=release_header(release))
     return report
+
+
+def release_header(release: ReleaseProfile | None) -> dict[str, Any] | None:
+    """The header's ``legacy_release``: the release's name, line, patch (None: not known) and the evidence."""
+    if release is None:
+        return None
+    return {"name": release.name, "line": release.line.value, "patch": release.patch, "evidence": release.evidence}
 
 
 def _seam_findings(sources: ReportSources, window: Window) -> dict[str, Any]:
