@@ -207,12 +207,12 @@ def status(settings: Settings, echo: Echo, probe: Probe = probe_livez) -> int:
     _, twos = _without_bridge(shell, release)
     if shell.bridge_port is not None:
         echo(f"shells   send status callbacks to the bridge at 127.0.0.1:{shell.bridge_port}, and each one the "
-             f"bridge cannot take to 2.x at {twos} (bash sourced config.sh {where})")
+             f"bridge cannot take to 2.x on {twos} (bash sourced config.sh {where})")
         why = probe(shell.bridge_port)
         echo(f"bridge   answers 127.0.0.1:{shell.bridge_port}/livez (where the block sends callbacks)" if why is None
              else f"bridge   not at port {shell.bridge_port} (where the block sends callbacks): {why}")
     else:
-        echo(f"shells   call 2.x at {twos}: no ql-bridge callback function in config.sh (bash sourced it {where})")
+        echo(f"shells   call 2.x on {twos}: no ql-bridge callback function in config.sh (bash sourced it {where})")
     return 0
 
 
@@ -239,26 +239,26 @@ def shells_check(settings: Settings, backends: Sequence[BackendProcess], probe: 
     if shell.bridge_port is not None:
         if shell.bridge_port != listen:
             return Check(SHELLS, "fail", f"config.sh's ql-bridge block sends callbacks to port {shell.bridge_port}, "
-                         f"but the bridge listens on {listen}; they go to 2.x at {twos}",
+                         f"but the bridge listens on {listen}; they go to 2.x on {twos}",
                          "run `ql-bridge seam install` again")
         why = probe(listen)
         if why is not None:
             return Check(SHELLS, "fail", f"config.sh's ql-bridge block sends callbacks to 127.0.0.1:{listen}, where "
-                         f"no ql-bridge answers ({why}): each one fails over to 2.x at {twos}, bypassing the bridge",
+                         f"no ql-bridge answers ({why}): each one fails over to 2.x on {twos}, bypassing the bridge",
                          f"start the bridge on port {listen}")
         return Check(SHELLS, "ok", f"task shells send status callbacks to the bridge at 127.0.0.1:{listen} "
-                     f"(config.sh's ql-bridge block), and each one it cannot take to 2.x at {twos}")
+                     f"(config.sh's ql-bridge block), and each one it cannot take to 2.x on {twos}")
     block = _installed_block(path)
     if block is not None and block.sets_qlport:
         install = "run `ql-bridge seam install` to replace config.sh's earlier ql-bridge block (it exported QlPort)"
+    if not shell.set_by_config_sh and inherited is None and _follows_qlport(release):
+        return Check(SHELLS, "warn", f"bash sourcing {path} defines no ql-bridge callback function and the "
+                     "backend's environment is not readable: task shells call whatever QlPort they inherit", install)
     if twos_port == listen:
         return Check(SHELLS, "ok", f"task shells call {twos}, where the bridge listens (no fail-over: with the "
                      "bridge down 2.x gets no callback)", install)
-    if not shell.set_by_config_sh and inherited is None and _follows_qlport(release):
-        return Check(SHELLS, "warn", f"{path} has no ql-bridge block and the backend's environment is not readable: "
-                     "task shells call whatever QlPort they inherit", install)
-    return Check(SHELLS, "fail", f"task shells call 2.x at {twos}: callbacks bypass the bridge (it listens on "
-                 f"{listen})", install)
+    return Check(SHELLS, "fail", f"task shells call 2.x on {twos}: bash sourcing {path} defines no ql-bridge "
+                 f"callback function, so callbacks bypass the bridge (it listens on {listen})", install)
 
 
 def _without_bridge(shell: ShellTargets, release: ReleaseProfile | str) -> tuple[int | None, str]:
@@ -268,7 +268,7 @@ def _without_bridge(shell: ShellTargets, release: ReleaseProfile | str) -> tuple
         return shell.qlport, f"port {shell.qlport} (QlPort; 5600 if 2.x is older than v2.20)"
     port = release.fixed_callback_port or shell.qlport
     source = "the literal URL in its api.sh" if release.fixed_callback_port else "QlPort"
-    return port, f"{release.callback_host}:{port} ({source}, 2.x {release.name})"
+    return port, f"port {port} ({release.callback_host}:{port}, {source}, 2.x {release.name})"
 
 
 def _follows_qlport(release: ReleaseProfile | str) -> bool:

@@ -6,8 +6,9 @@ scripts), `QL_DATA_DIR` (config.sh, token.json, the scripts, the logs). Nothing 
 What cannot run here is replaced on PATH by a stand-in: `pnpm` (v2.19+ `init_env` and v2.21 `otask.sh` ask
 `pnpm root -g` and would link its global modules into `$QL_DIR/node_modules`; the stand-in has none) and `node`
 (only `create_token` would call it, and the sandbox's token.json is valid, so a call fails the run loudly).
-The spawn is the crond line `real_time=false no_tee=true ID=<id> task <script>` (docs/legacy-2x.md#boot-and-
-scheduling-before-v221): the task's output goes to its log file, `$dir_log/<dir>_<id>/<time>.log`.
+The spawn is the crond line `real_time=false no_tee=true ID=<id> task <script>`
+(docs/legacy-2x.md#boot-and-scheduling-before-v221): the task's output goes to its log file,
+`$dir_log/<dir>_<id>/<time>.log`.
 """
 
 from __future__ import annotations

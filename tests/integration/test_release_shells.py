@@ -1,11 +1,11 @@
 """The seam block in each vendored release's REAL task shell (tests/releases/<tag>/shell, unchanged), run as 2.x's
 scheduler spawns it (release_shells.py), with two recording listeners: the bridge, and 2.x at the address that
-release's shell calls (the literal 0.0.0.0:5600 up to v2.19, `QlPort` from v2.20; docs/legacy-2x.md#callback-
-target-before-v221). Per release it proves: the bridge gets start and end with 2.x's own body bytes and headers,
-plus the exit code where the shell knows it and the trap where it sent the end; 2.x gets nothing while the bridge
-answers; 2.x gets every callback the bridge could not, byte for byte as without the block (bridge down from the
-start, bridge stopped mid-task); a bridge that accepts and never answers is not failed over; the task's log is
-the same with and without the block.
+release's shell calls (the literal 0.0.0.0:5600 up to v2.19, `QlPort` from v2.20;
+docs/legacy-2x.md#callback-target-before-v221). Per release it proves: the bridge gets start and end with 2.x's
+own body bytes and headers, plus the exit code where the shell knows it and the trap where it sent the end;
+2.x gets nothing while the bridge answers; 2.x gets every callback the bridge could not, byte for byte as
+without the block (bridge down from the start, bridge stopped mid-task); a bridge that accepts and never
+answers is not failed over; the task's log is the same with and without the block.
 """
 
 from __future__ import annotations
