@@ -220,14 +220,15 @@ def doctor() -> None:
 
 @main.group()
 def seam() -> None:
-    """Put the bridge on 2.x's task shells' path (a fail-safe block in config.sh) and take it off again."""
+    """Put the bridge on 2.x's task shells' path (a block in config.sh that fails over per callback) and take it off
+    again."""
 
 
 @seam.command("install")
 @click.option("--dry-run", is_flag=True, help="Print the change to config.sh as a diff; change nothing.")
 def seam_install(dry_run: bool) -> None:
-    """Point task shells at the bridge (BRIDGE_LISTEN's port) while it answers /livez; then the doctor's seam
-    lines. Exit 1 when task shells still do not reach the bridge."""
+    """Send task shells' status callbacks to the bridge (BRIDGE_LISTEN's port), each to 2.x itself when the bridge
+    cannot be reached; then the doctor's seam lines. Exit 1 when task shells still do not reach the bridge."""
     from bridge.cli.seam import install
 
     sys.exit(install(Settings.from_env(), click.echo, dry_run=dry_run))
@@ -245,8 +246,8 @@ def seam_remove(dry_run: bool) -> None:
 
 @seam.command("status")
 def seam_status() -> None:
-    """Whether the block is installed, the port task shells call now (bash sources config.sh as they do), and
-    whether a ql-bridge answers there."""
+    """Whether the block is installed, the release, where task shells send callbacks with and without the bridge
+    (bash sources config.sh as they do), and whether a ql-bridge answers where the block sends them."""
     from bridge.cli.seam import status as seam_state
 
     sys.exit(seam_state(Settings.from_env(), click.echo))

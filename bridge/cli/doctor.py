@@ -4,8 +4,9 @@ What it looks at, and never assumes: which 2.x release the bridge fronts (bootst
 operator's word, version.yaml or the schema: doctor_release.py); the bridge store's revision; 2.x's database
 (its state, read only); 2.x's backend over HTTP (the request its release serves); 2.x's backend process (the
 one serving BRIDGE_LEGACY_DATA_DIR, its `BACK_PORT`, when this process can see it — the same pid namespace);
-the port every task shell ends up with (bash sources 2.x's `config/config.sh` with the backend's environment,
-as a task shell does, the ql-bridge block's /livez probe included); the last reconcile passes (the share of
+where every task shell sends its status callbacks (bash sources 2.x's `config/config.sh` with the backend's
+environment, as a task shell does, and is asked what the ql-bridge block's callback function would do;
+bridge/cli/seam.py); the last reconcile passes (the share of
 2.x's recent executions that never reached the bridge); the UTC offset 2.x's own log file names were written
 in (against their executions' begin times in `RunningInstances`, or in `Crontabs` before v2.21), against
 `BRIDGE_LEGACY_TZ`.
@@ -30,7 +31,6 @@ from bridge.cli.doctor_release import (
     release_evidence,
 )
 from bridge.config import Settings, local_zone_name
-from legacy_adapters.config_sh import config_sh_path, read_config_sh
 from legacy_adapters.install import (
     DEFAULT_PORT,
     BackendProcess,
@@ -38,8 +38,6 @@ from legacy_adapters.install import (
     format_offset,
     log_name_offset_s,
 )
-from legacy_adapters.seam_block import PROBE_TIMEOUT_S, Block, SeamBlockError, find_blocks
-from legacy_adapters.task_shell import task_shell_port
 
 if TYPE_CHECKING:
     from legacy_adapters.releases import ReleaseProfile
@@ -105,39 +103,11 @@ def check_backend_port(evidence: Evidence) -> Check:
 
 
 def check_shell_port(evidence: Evidence) -> Check:
-    """The port task shells call back on, computed by bash over config.sh with the backend's environment."""
-    settings = evidence.settings
-    if settings.legacy_data_dir is None:
-        return Check(SHELLS, "warn", "BRIDGE_LEGACY_DATA_DIR is not set: config.sh cannot be read",
-                     "set BRIDGE_LEGACY_DATA_DIR to 2.x's data directory")
-    path = config_sh_path(settings.legacy_data_dir)
-    inherited = inherited_environment(evidence.backends)
-    shell = task_shell_port(path, inherited)
-    block = _installed_block(path)
-    listen = settings.listen_port
-    fix = f"run `ql-bridge seam install` (it adds a fail-safe QlPort block to {path}, which every task shell sources)"
-    if shell.port is None:
-        return Check(SHELLS, "warn", f"cannot compute the port task shells call: {shell.error}", fix)
-    fell_back = ""
-    if block is not None and block.port is not None and shell.port != block.port:
-        why = ("curl is not installed where this check ran, so its probe cannot answer here" if shell.curl_missing
-               else f"no ql-bridge answered localhost:{block.port}/livez within {PROBE_TIMEOUT_S:g} s")
-        fell_back = f"; config.sh's ql-bridge block kept the port they had without it: {why}"
-        fix = (f"start the bridge on port {block.port}" if block.port == listen
-               else f"the block points at port {block.port}: run `ql-bridge seam install` again")
-    if not shell.set_by_config_sh and inherited is None:
-        return Check(SHELLS, "warn",
-                     f"{path} does not set QlPort and the backend's environment is not readable: task shells "
-                     f"use whatever QlPort they inherit{fell_back}", fix)
-    if shell.port == listen:
-        source = ("config.sh's ql-bridge block: the bridge answers /livez" if block and shell.set_by_config_sh
-                  else "config.sh" if shell.set_by_config_sh else "the backend's environment, inherited")
-        return Check(SHELLS, "ok", f"task shells call port {shell.port} ({source}), where the bridge listens")
-    backend_ports = {b.listen_port for b in evidence.backends if b.listen_port}
-    where = ("2.x directly: callbacks bypass the bridge" if shell.port in backend_ports
-             else "neither the bridge nor 2.x" if backend_ports else "not the bridge: callbacks bypass it")
-    return Check(SHELLS, "fail", f"task shells call port {shell.port}, {where} (the bridge listens on {listen})"
-                 f"{fell_back}", fix)
+    """Where task shells send their status callbacks: bash over config.sh with the backend's environment, and
+    the release's own target without the bridge (bridge/cli/seam.py, which `ql-bridge seam` prints too)."""
+    from bridge.cli.seam import shells_check
+
+    return shells_check(evidence.settings, evidence.backends)
 
 
 def inherited_environment(backends: Sequence[BackendProcess]) -> dict[str, str] | None:
@@ -146,14 +116,6 @@ def inherited_environment(backends: Sequence[BackendProcess]) -> dict[str, str] 
     if len({b.inherited_qlport for b in readable}) != 1:
         return None
     return readable[0].environ
-
-
-def _installed_block(path: Path) -> Block | None:
-    try:
-        blocks = find_blocks(read_config_sh(path).text)
-    except (OSError, SeamBlockError):
-        return None
-    return blocks[0] if blocks else None
 
 
 def seam_checks(settings: Settings, *, proc_root: Path = Path("/proc")) -> list[Check]:

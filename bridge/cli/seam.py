@@ -1,24 +1,27 @@
 """`ql-bridge seam install | remove | status`: the bridge put on the task shells' path in 2.x's config.sh, and
 taken off again, by one marked block (`legacy_adapters.seam_block`) and never by hand.
 
-Each change is refused, with nothing changed, unless it can be made safely: config.sh exists and this user
-can replace it keeping its owner and mode; QlPort is set nowhere else in it (the block would not be the
-only thing deciding the port); for install, a ql-bridge answers /livez where the block would send the
-shells. A change is a timestamped backup beside config.sh, then an atomic replace. Afterwards the doctor's
-seam lines say what the shells really do, and the exit status says whether that is what was meant.
+Each change is refused, with nothing changed, unless it can be made safely: the release can take the block
+(`ReleaseProfile.config_sh_after_api_sh`); config.sh exists and this user can replace it keeping its owner and
+mode; QlPort is set nowhere else in it (from v2.20 that is where the shells fail over to, and a QlPort naming
+the bridge would fail over to the bridge); for install, a ql-bridge answers /livez where the block would send
+the callbacks. A change is a timestamped backup beside config.sh, then an atomic replace. Afterwards the seam
+lines say what the shells really do (`shells_check`, which the doctor runs too), and the exit status says
+whether that is what was meant.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bridge.cli.doctor import SHELLS, Check, inherited_environment, render, seam_checks
 from bridge.cli.failures import CommandFailedError
-from bridge.config import Settings
+from bridge.config import ConfigError, Settings
 from legacy_adapters.config_sh import (
     ConfigSh,
     back_up,
@@ -27,9 +30,9 @@ from legacy_adapters.config_sh import (
     replace_config_sh,
     why_not_writable,
 )
-from legacy_adapters.install import find_backend_processes
+from legacy_adapters.install import BackendProcess, find_backend_processes
 from legacy_adapters.seam_block import (
-    PROBE_TIMEOUT_S,
+    Block,
     SeamBlockError,
     find_blocks,
     qlport_outside_block,
@@ -37,10 +40,14 @@ from legacy_adapters.seam_block import (
     with_block,
     without_block,
 )
-from legacy_adapters.task_shell import task_shell_port
+from legacy_adapters.task_shell import ShellTargets, task_shell_targets
+
+if TYPE_CHECKING:
+    from legacy_adapters.releases import ReleaseProfile
 
 Echo = Callable[[str], None]
 Probe = Callable[[int], str | None]
+LIVEZ_TIMEOUT_S = 1.0
 
 
 class SeamRefusedError(CommandFailedError):
@@ -65,12 +72,12 @@ class Change:
         return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
-def probe_livez(port: int, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when a ql-bridge answers localhost:<port>/livez within the block's bound; else why not."""
+def probe_livez(port: int, timeout_s: float = LIVEZ_TIMEOUT_S) -> str | None:
+    """None when a ql-bridge answers 127.0.0.1:<port>/livez (where the block sends callbacks); else why not."""
     import httpx
 
     try:
-        response = httpx.get(f"http://localhost:{port}/livez", timeout=timeout_s, trust_env=False)
+        response = httpx.get(f"http://127.0.0.1:{port}/livez", timeout=timeout_s, trust_env=False)
     except httpx.TimeoutException:
         return f"no answer within {timeout_s:g} s"
     except httpx.HTTPError as exc:
@@ -84,8 +91,27 @@ def probe_livez(port: int, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     return f"something else answers there (HTTP {response.status_code}, not ql-bridge's /livez)"
 
 
-def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez) -> Change:
+def release_of(settings: Settings) -> ReleaseProfile | str:
+    """The release profile bootstrap decides (bridge.bootstrap.release), or why it cannot be decided."""
+    from bridge.bootstrap.release import decide_legacy_release
+
+    try:
+        return decide_legacy_release(settings)
+    except ConfigError as exc:
+        return str(exc)
+
+
+def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez,
+                 release: ReleaseProfile | str | None = None) -> Change:
     """The change install makes. Raises SeamRefusedError when it must not be made."""
+    release = release_of(settings) if release is None else release
+    if isinstance(release, str):
+        raise SeamRefusedError(f"seam install refused: which 2.x release this is cannot be decided: {release}; "
+                               "nothing was changed")
+    if not release.config_sh_after_api_sh:
+        raise SeamRefusedError(f"seam install refused: 2.x {release.name} sources config.sh before api.sh and "
+                               "task.sh's own functions (up to v2.17.8), so the block cannot reach its callbacks; "
+                               "upgrade 2.x to v2.17.9 or later; nothing was changed")
     config = _read(settings, "install")
     outside = qlport_outside_block(config.text)
     if outside is not None:
@@ -95,11 +121,11 @@ def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez) 
     port = settings.listen_port
     why = probe(port)
     if why is not None:
-        raise SeamRefusedError(f"seam install refused: no ql-bridge answers localhost:{port}/livez, where the block "
-                               f"would point task shells (BRIDGE_LISTEN): {why}; start `ql-bridge serve` first; "
+        raise SeamRefusedError(f"seam install refused: no ql-bridge answers 127.0.0.1:{port}/livez, where the block "
+                               f"would send the callbacks (BRIDGE_LISTEN): {why}; start `ql-bridge serve` first; "
                                "nothing was changed")
     blocks = find_blocks(config.text)
-    if len(blocks) == 1 and blocks[0].port == port:
+    if len(blocks) == 1 and blocks[0].port == port and not blocks[0].sets_qlport:
         return Change(config, config.text)  # already there: installing again changes nothing
     _require_replaceable(config, "install")
     return Change(config, with_block(config.text, render_block(port, now)))
@@ -124,10 +150,7 @@ def apply(change: Change, now: datetime) -> Path | None:
 
 
 def install(settings: Settings, echo: Echo, *, dry_run: bool = False, probe: Probe = probe_livez) -> int:
-    """`seam install`: the exit status (0: task shells now call the bridge)."""
-    from bridge.bootstrap.release import decide_legacy_release
-
-    decide_legacy_release(settings)  # refuses, naming it, a release the bridge does not support; nothing changed
+    """`seam install`: the exit status (0: task shells now send their callbacks to the bridge)."""
     now = datetime.now(UTC)
     change = plan_install(settings, now, probe)
     if dry_run:
@@ -160,33 +183,118 @@ def remove(settings: Settings, echo: Echo, *, dry_run: bool = False) -> int:
     if _shells(checks).verdict != "ok":
         return 0
     echo("task shells still call the bridge: QlPort comes from elsewhere. If 2.x's backend was restarted from a "
-         "shell that sourced the block (the entrypoint, `ql reload`), it still carries the bridge's port: restart "
-         "2.x's container")
+         "shell that sourced an earlier ql-bridge block (the entrypoint, `ql reload`), it still carries the "
+         "bridge's port: restart 2.x's container")
     return 1
 
 
 def status(settings: Settings, echo: Echo, probe: Probe = probe_livez) -> int:
-    """`seam status`: installed or not, the port task shells call now (bash over config.sh), whether a bridge
-    answers there. Always 0 once config.sh could be read."""
+    """`seam status`: installed or not, the release, where task shells send callbacks (bash over config.sh) with
+    and without the bridge, and whether a bridge answers where the block sends them. Always 0 once config.sh
+    could be read."""
     config = _read(settings, "status")
     path, blocks = config.path, find_blocks(config.text)
-    echo(f"block    installed {blocks[0].installed_at or '(time unknown)'} for port {blocks[0].port}, line "
-         f"{blocks[0].line} of {path}" if blocks else f"block    not installed in {path}")
-    inherited = inherited_environment(find_backend_processes())
-    shell = task_shell_port(path, inherited)
-    if shell.port is None:
+    echo(_block_line(blocks[0], path) if blocks else f"block    not installed in {path}")
+    release = release_of(settings)
+    echo(f"release  {release.describe()}" if not isinstance(release, str) else f"release  cannot be decided: {release}")
+    inherited = inherited_environment(_this_install(settings, find_backend_processes(), release))
+    shell = task_shell_targets(path, inherited)
+    if shell.qlport is None:
         echo(f"shells   cannot be computed: {shell.error}")
         return 0
-    where = "with 2.x's backend's environment" if inherited is not None else \
-        "without 2.x's backend's environment (not visible from here)"
-    echo(f"shells   call port {shell.port} (bash sourced config.sh {where}"
-         + ("; curl is not installed here, so the block's probe cannot answer" if shell.curl_missing else "") + ")")
-    for port in dict.fromkeys([shell.port] + [b.port for b in blocks[:1] if b.port is not None]):
-        why = probe(port)
-        role = "where the shells call" if port == shell.port else "where the block points"
-        echo(f"bridge   answers localhost:{port}/livez ({role})" if why is None else
-             f"bridge   not at port {port} ({role}): {why}")
+    where = ("with 2.x's backend's environment" if inherited is not None else
+             "without 2.x's backend's environment (not visible from here)")
+    _, twos = _without_bridge(shell, release)
+    if shell.bridge_port is not None:
+        echo(f"shells   send status callbacks to the bridge at 127.0.0.1:{shell.bridge_port}, and each one the "
+             f"bridge cannot take to 2.x on {twos} (bash sourced config.sh {where})")
+        why = probe(shell.bridge_port)
+        echo(f"bridge   answers 127.0.0.1:{shell.bridge_port}/livez (where the block sends callbacks)" if why is None
+             else f"bridge   not at port {shell.bridge_port} (where the block sends callbacks): {why}")
+    else:
+        echo(f"shells   call 2.x on {twos}: no ql-bridge callback function in config.sh (bash sourced it {where})")
     return 0
+
+
+def _this_install(settings: Settings, backends: Sequence[BackendProcess],
+                  release: ReleaseProfile | str) -> list[BackendProcess]:
+    """The backends serving BRIDGE_LEGACY_DATA_DIR: another 2.x install's environment says nothing of these shells."""
+    from bridge.cli.doctor_release import install_backends
+
+    return install_backends(backends, settings.legacy_data_dir, None if isinstance(release, str) else release).ours
+
+
+def shells_check(settings: Settings, backends: Sequence[BackendProcess], probe: Probe = probe_livez,
+                 release: ReleaseProfile | str | None = None) -> Check:
+    """The doctor's "seam: task shells" line: where task shells send their status callbacks, as bash computes it
+    over config.sh with the backend's environment, and where they call without the bridge (the release's)."""
+    if settings.legacy_data_dir is None:
+        return Check(SHELLS, "warn", "BRIDGE_LEGACY_DATA_DIR is not set: config.sh cannot be read",
+                     "set BRIDGE_LEGACY_DATA_DIR to 2.x's data directory")
+    release = release_of(settings) if release is None else release
+    path = config_sh_path(settings.legacy_data_dir)
+    listen = settings.listen_port
+    install = f"run `ql-bridge seam install` (it adds a fail-safe callback block to {path}, which every task " \
+              "shell sources)"
+    if not isinstance(release, str) and not release.config_sh_after_api_sh:
+        return Check(SHELLS, "warn", f"2.x {release.name} sources config.sh before its callback functions exist: "
+                     "no block can send its callbacks to the bridge", "upgrade 2.x to v2.17.9 or later")
+    inherited = inherited_environment(_this_install(settings, backends, release))
+    shell = task_shell_targets(path, inherited)
+    if shell.qlport is None:
+        return Check(SHELLS, "warn", f"cannot compute where task shells call: {shell.error}", install)
+    twos_port, twos = _without_bridge(shell, release)
+    if shell.bridge_port is not None:
+        if shell.bridge_port != listen:
+            return Check(SHELLS, "fail", f"config.sh's ql-bridge block sends callbacks to port {shell.bridge_port}, "
+                         f"but the bridge listens on {listen}; they go to 2.x on {twos}",
+                         "run `ql-bridge seam install` again")
+        why = probe(listen)
+        if why is not None:
+            return Check(SHELLS, "fail", f"config.sh's ql-bridge block sends callbacks to 127.0.0.1:{listen}, where "
+                         f"no ql-bridge answers ({why}): each one fails over to 2.x on {twos}, bypassing the bridge",
+                         f"start the bridge on port {listen}")
+        return Check(SHELLS, "ok", f"task shells send status callbacks to the bridge at 127.0.0.1:{listen} "
+                     f"(config.sh's ql-bridge block), and each one it cannot take to 2.x on {twos}")
+    block = _installed_block(path)
+    if block is not None and block.sets_qlport:
+        install = "run `ql-bridge seam install` to replace config.sh's earlier ql-bridge block (it exported QlPort)"
+    if not shell.set_by_config_sh and inherited is None and _follows_qlport(release):
+        return Check(SHELLS, "warn", f"bash sourcing {path} defines no ql-bridge callback function and the "
+                     "backend's environment is not readable: task shells call whatever QlPort they inherit", install)
+    if twos_port == listen:
+        return Check(SHELLS, "ok", f"task shells call {twos}, where the bridge listens (no fail-over: with the "
+                     "bridge down 2.x gets no callback)", install)
+    return Check(SHELLS, "fail", f"task shells call 2.x on {twos}: bash sourcing {path} defines no ql-bridge "
+                 f"callback function, so callbacks bypass the bridge (it listens on {listen})", install)
+
+
+def _without_bridge(shell: ShellTargets, release: ReleaseProfile | str) -> tuple[int | None, str]:
+    """Where the release's shells call without the bridge, and how to say it: the literal 0.0.0.0:5600 up to
+    v2.19 (whatever QlPort says), else QlPort's port (docs/legacy-2x.md#callback-target-before-v221)."""
+    if isinstance(release, str):
+        return shell.qlport, f"port {shell.qlport} (QlPort; 5600 if 2.x is older than v2.20)"
+    port = release.fixed_callback_port or shell.qlport
+    source = "the literal URL in its api.sh" if release.fixed_callback_port else "QlPort"
+    return port, f"port {port} ({release.callback_host}:{port}, {source}, 2.x {release.name})"
+
+
+def _follows_qlport(release: ReleaseProfile | str) -> bool:
+    return isinstance(release, str) or release.callbacks_follow_qlport
+
+
+def _installed_block(path: Path) -> Block | None:
+    try:
+        blocks = find_blocks(read_config_sh(path).text)
+    except (OSError, SeamBlockError):
+        return None
+    return blocks[0] if blocks else None
+
+
+def _block_line(block: Block, path: Path) -> str:
+    kind = " (the earlier kind, which sets QlPort: `seam install` replaces it)" if block.sets_qlport else ""
+    return (f"block    installed {block.installed_at or '(time unknown)'} for port {block.port}, line {block.line} "
+            f"of {path}{kind}")
 
 
 def _read(settings: Settings, command: str) -> ConfigSh:

@@ -4,7 +4,6 @@ directory's real config.sh and real listeners (the doctor's seam lines come from
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -17,6 +16,20 @@ from legacy_adapters.seam_block import BEGIN, END, find_blocks
 from tests.cli.conftest import Cli, one_line_failure, read_only_mount
 from tests.support.listeners import BRIDGE_LIVEZ, PANEL_PAGE, answering, unused_port
 
+RELEASES = Path(__file__).resolve().parents[1] / "releases"
+# The block an earlier `seam install` wrote (it probed /livez and exported QlPort), as it wrote it.
+EARLIER_BLOCK = (f"{BEGIN}: installed 2026-12-05T06:40:00Z by `ql-bridge seam install`; `ql-bridge seam remove` "
+                 "takes it out >>>\n") + """\
+# Task shells call back to ql-bridge on port 5799 only while it answers /livez within 0.3 s.
+# Otherwise they keep the port they would have used without it, and 2.x records the execution itself.
+# QlPortWithoutBridge remembers that port for processes started by a shell that already ran this
+# block (2.x's backend, restarted from such a shell), which inherit the bridge's port.
+[ "${QlPortWithoutBridge+set}" = set ] || export QlPortWithoutBridge="${QlPort-}"
+case "$(curl -sf --noproxy '*' --max-time 0.3 http://localhost:5799/livez 2>/dev/null)" in
+  *'"status":'*'"ok"'*) export QlPort=5799 ;;
+  *) if [ -n "$QlPortWithoutBridge" ]; then export QlPort="$QlPortWithoutBridge"; else unset QlPort; fi ;;
+esac
+# <<< ql-bridge seam <<<"""
 ORIGINAL = b'## user settings\nexport TZ=Asia/Shanghai\nexport NAME="\xe9\xff"'  # no final newline, not UTF-8
 
 
@@ -54,7 +67,7 @@ def test_install_puts_one_block_after_a_backup_and_prints_the_doctors_seam_lines
     (backup,) = [p for p in config.parent.iterdir() if p.name.startswith("config.sh.ql-bridge-backup-")]
     assert backup.read_bytes() == ORIGINAL and backup.name in result.stdout
     (shells,) = lines_of(result, "seam: task shells")
-    assert shells.startswith("ok") and f"port {bridge}" in shells and "ql-bridge block" in shells
+    assert shells.startswith("ok") and f"to the bridge at 127.0.0.1:{bridge}" in shells and "ql-bridge block" in shells
     assert lines_of(result, "seam: 2.x's backend")
 
 
@@ -78,7 +91,7 @@ def test_dry_run_prints_the_diff_and_changes_nothing(cli: Cli, config: Path, bri
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"--- {config}\n+++ {config} (after)\n")
     assert f"+{BEGIN}" in result.stdout and f"+{END} <<<" in result.stdout
-    assert f"export QlPort={bridge}" in result.stdout
+    assert f'ql_bridge_url="http://127.0.0.1:{bridge}$path"' in result.stdout and "QlPort" not in result.stdout
     assert files(config.parent) == before
 
 
@@ -165,21 +178,19 @@ def test_install_refuses_when_no_ql_bridge_answers_where_the_block_would_point(c
         with answering(PANEL_PAGE) as port:
             line = attempt(port)
 
-    assert "no ql-bridge answers localhost:" in line and "start `ql-bridge serve` first" in line
+    assert "no ql-bridge answers 127.0.0.1:" in line and "start `ql-bridge serve` first" in line
     assert files(config.parent) == before
 
 
-def test_install_exits_non_zero_when_the_shells_still_cannot_reach_the_bridge(cli: Cli, config: Path, bridge: int,
-                                                                               tmp_path: Path) -> None:
-    only_bash = tmp_path / "bin"
-    only_bash.mkdir()
-    (only_bash / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
+def test_install_exits_non_zero_when_the_shells_still_cannot_reach_the_bridge(cli: Cli, config: Path,
+                                                                               bridge: int) -> None:
+    config.write_bytes(ORIGINAL + b"\nreturn 0\n")  # config.sh ends before the block appended after it
 
-    result = cli("seam", "install", PATH=str(only_bash))  # a shell with no curl: the probe can never answer
+    result = cli("seam", "install")
 
     assert result.returncode == 1, result.stdout + result.stderr
     (shells,) = lines_of(result, "seam: task shells")
-    assert not shells.startswith("ok") and "curl is not installed" in shells
+    assert not shells.startswith("ok") and "defines no ql-bridge callback function" in shells
     assert "the seam is not in place" in result.stdout
 
 
@@ -202,28 +213,76 @@ def test_remove_exits_non_zero_while_2xs_backend_still_hands_its_shells_the_brid
     assert "task shells still call the bridge" in result.stdout and "restart 2.x's container" in result.stdout
 
 
-def test_status_says_installed_the_port_the_shells_call_and_whether_a_bridge_answers(cli: Cli, config: Path,
-                                                                                      bridge: int) -> None:
+def test_status_says_installed_where_the_shells_send_callbacks_and_whether_a_bridge_answers(cli: Cli, config: Path,
+                                                                                              bridge: int) -> None:
     before = cli("seam", "status")
     assert cli("seam", "install").returncode == 0
     up = cli("seam", "status")
 
     assert before.returncode == 0 and lines_of(before, "block")[0].startswith("block    not installed")
+    assert lines_of(before, "shells")[0].startswith("shells   call 2.x on port ")  # QlPort's port, or 5700
     assert lines_of(up, "block")[0].startswith("block    installed ") and f"for port {bridge}, line 4" in up.stdout
-    assert lines_of(up, "shells")[0].startswith(f"shells   call port {bridge} (bash sourced config.sh")
-    assert lines_of(up, "bridge   ") == [f"bridge   answers localhost:{bridge}/livez (where the shells call)"]
+    assert lines_of(up, "shells")[0].startswith(f"shells   send status callbacks to the bridge at 127.0.0.1:{bridge}, "
+                                                "and each one the bridge cannot take to 2.x on port ")
+    assert lines_of(up, "bridge   ") == [f"bridge   answers 127.0.0.1:{bridge}/livez (where the block sends callbacks)"]
 
 
-def test_status_shows_the_shells_falling_back_when_the_bridge_is_down(cli: Cli, config: Path, bridge: int) -> None:
+def test_status_and_the_doctor_say_when_no_bridge_answers_where_the_block_sends_callbacks(
+        cli: Cli, config: Path, bridge: int) -> None:
     assert cli("seam", "install").returncode == 0
     down = unused_port()
     config.write_text(config.read_text(errors="surrogateescape").replace(str(bridge), str(down)),
                       errors="surrogateescape")
 
     result = cli("seam", "status")
+    doctor = cli("doctor")
 
-    assert lines_of(result, "shells")[0].startswith("shells   call port 5700 ")
-    assert f"bridge   not at port {down} (where the block points)" in result.stdout
+    assert f"bridge   not at port {down} (where the block sends callbacks)" in result.stdout
+    (shells,) = lines_of(doctor, "seam: task shells")
+    assert shells.startswith("fail") and f"sends callbacks to port {down}" in shells
+
+
+@pytest.mark.parametrize("tag", ["v2.17.13", "v2.18.3", "v2.19.2"])
+def test_up_to_v2_19_status_and_the_doctor_say_shells_call_5600_never_5700(cli: Cli, config: Path, bridge: int,
+                                                                            tag: str) -> None:
+    release = {"BRIDGE_LEGACY_INSTALL_DIR": str(RELEASES / tag)}  # its own version.yaml names it
+    config.write_text("## user settings\n")  # the dry run's diff is read as text here
+
+    before, doctor = cli("seam", "status", **release), cli("doctor", **release)
+    dry_run = cli("seam", "install", "--dry-run", **release)
+
+    (shells,) = lines_of(before, "shells")
+    assert shells.startswith(f"shells   call 2.x on port 5600 (0.0.0.0:5600, the literal URL in its api.sh, 2.x {tag})")
+    (checked,) = lines_of(doctor, "seam: task shells")
+    assert "0.0.0.0:5600" in checked and "5700" not in checked
+    assert "5700" not in shells
+    # What install offers is the callback block (proven in each release's real shell: test_release_shells.py).
+    assert dry_run.returncode == 0 and "ql_bridge_callback_url" in dry_run.stdout and "QlPort" not in dry_run.stdout
+
+
+def test_install_refuses_a_release_that_sources_config_sh_before_its_callback_functions(cli: Cli, config: Path,
+                                                                                        bridge: int) -> None:
+    before = files(config.parent)
+
+    line = one_line_failure(cli("seam", "install", BRIDGE_LEGACY_INSTALL_DIR=str(RELEASES / "v2.17.8")))
+
+    assert "seam install refused: 2.x v2.17.8 sources config.sh before api.sh" in line
+    assert "nothing was changed" in line and files(config.parent) == before
+
+
+def test_an_earlier_qlport_block_is_replaced_by_install_and_taken_out_by_remove(cli: Cli, config: Path,
+                                                                               bridge: int) -> None:
+    config.write_bytes(ORIGINAL + b"\n" + EARLIER_BLOCK.encode())
+    status = cli("seam", "status")
+
+    assert cli("seam", "install").returncode == 0
+    installed = config.read_text(errors="surrogateescape")
+    assert cli("seam", "remove").returncode == 0
+
+    assert "the earlier kind, which sets QlPort" in lines_of(status, "block")[0]
+    assert [(b.port, b.sets_qlport) for b in find_blocks(installed)] == [(bridge, False)]
+    assert "QlPort" not in installed.split(BEGIN, 1)[1]
+    assert config.read_bytes() == ORIGINAL
 
 
 def test_every_seam_command_needs_the_2x_data_directory(cli: Cli) -> None:

@@ -1,12 +1,13 @@
-"""The ql-bridge block fails safe, checked the way 2.x runs it: real bash sources config.sh as `shell/share.sh`
-`import_config` does, starting from the environment of 2.x's backend (both README layouts), with a real
-listener answering /livez (a stand-in, and a real `ql-bridge serve`), a listener that hangs, 2.x's own frontend
-answering every path, and nothing at all.
+"""The ql-bridge block fails safe per callback, checked the way 2.x runs it: real bash sources config.sh as
+`shell/share.sh` `import_config` does, from the environment of 2.x's backend (both README layouts), and the
+checks ask bash where the shells' callbacks go; then `ql-bridge seam install` against a real `ql-bridge serve`
+and 2.x's task shell double, bridge up and down. Every vendored release's real shell: test_release_shells.py.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,11 +20,11 @@ from sqlalchemy import func, select
 from bridge.cli.demo import bridge_process, free_port, migrated, serve_env
 from bridge.storage.engine import make_engine
 from bridge.storage.schema import runs_table
-from legacy_adapters.seam_block import PROBE_TIMEOUT_S, render_block
-from legacy_adapters.task_shell import task_shell_port
+from legacy_adapters.seam_block import render_block
+from legacy_adapters.task_shell import task_shell_targets
 from legacy_adapters.testing.datadir import create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
-from tests.support.listeners import BRIDGE_LIVEZ, PANEL_PAGE, answering, hung, unused_port
+from tests.support.listeners import unused_port
 
 SHELL = Path(__file__).parent / "shell" / "task_shell_double.sh"
 PYTHON_CLI = [sys.executable, "-m", "bridge.cli"]
@@ -44,45 +45,43 @@ def backend_environment(layout: str, **extra: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("layout, without_bridge", [("moved", 5701), ("default", 5700)],
                          ids=["bridge on the public port, 2.x moved inside", "only the tasks' callbacks"])
-def test_shells_call_the_bridge_while_it_answers_and_2x_otherwise(tmp_path: Path, layout: str,
-                                                                  without_bridge: int) -> None:
-    with answering(BRIDGE_LIVEZ) as up:
-        assert task_shell_port(config_with_block(tmp_path, up), backend_environment(layout)).port == up
-    down = unused_port()
-    assert task_shell_port(config_with_block(tmp_path, down), backend_environment(layout)).port == without_bridge
-    with answering(PANEL_PAGE) as panel:  # 2.x's frontend answers /livez too, with its page: not a bridge
-        assert task_shell_port(config_with_block(tmp_path, panel), backend_environment(layout)).port == without_bridge
+def test_the_block_sends_callbacks_to_the_bridge_and_leaves_qlport_to_2x(tmp_path: Path, layout: str,
+                                                                        without_bridge: int) -> None:
+    bridge = unused_port()  # nothing is sent: bash is only asked where a callback would go
+
+    shell = task_shell_targets(config_with_block(tmp_path, bridge), backend_environment(layout))
+
+    assert shell.bridge_port == bridge and shell.error is None
+    assert shell.qlport == without_bridge and not shell.set_by_config_sh  # where 2.x's own fail-over goes
 
 
-def test_a_hung_bridge_costs_a_task_start_the_probes_bound_and_no_more(tmp_path: Path) -> None:
-    with hung() as port:
-        started = time.monotonic()
-        shell = task_shell_port(config_with_block(tmp_path, port), backend_environment("moved"))
-        elapsed = time.monotonic() - started
+def test_sourcing_the_block_costs_no_network_and_no_wait(tmp_path: Path) -> None:
+    path = config_with_block(tmp_path, unused_port())
+    started = time.monotonic()
+    bash = shutil.which("bash") or "/bin/bash"
+    done = subprocess.run([bash, "-c", '. "$1"', "sh", str(path)], env={"PATH": "/nonexistent"},
+                          capture_output=True, text=True, timeout=10)  # not even curl on PATH: nothing runs it
 
-    assert shell.port == int(BACKEND_MOVED)
-    assert PROBE_TIMEOUT_S <= elapsed < PROBE_TIMEOUT_S + 1.0  # bounded, with room for a loaded machine
-
-
-@pytest.mark.parametrize("remembered, without_bridge", [(BACKEND_MOVED, 5701), ("", 5700)])
-def test_a_backend_restarted_from_a_shell_that_ran_the_block_does_not_pin_its_shells_to_the_bridge(
-        tmp_path: Path, remembered: str, without_bridge: int) -> None:
-    # `ql reload` (pm2 --update-env) or the entrypoint sourced config.sh while the bridge answered: the backend
-    # now hands the bridge's port to every shell, and the port 2.x had before in QlPortWithoutBridge.
-    down = unused_port()
-    inherited = {"QlPort": str(down), "QlPortWithoutBridge": remembered}
-
-    assert task_shell_port(config_with_block(tmp_path, down), backend_environment("default", **inherited)).port \
-        == without_bridge
+    assert done.returncode == 0 and done.stdout == done.stderr == ""
+    assert time.monotonic() - started < 1.0
 
 
-def test_the_block_leaves_the_shells_other_settings_and_works_under_set_u(tmp_path: Path) -> None:
-    with answering(BRIDGE_LIVEZ) as up:
-        path = config_with_block(tmp_path, up, before='export TZ=Asia/Shanghai\nRandomDelay="300"\n')
-        done = subprocess.run(["bash", "-uc", '. "$1"; echo "$QlPort $TZ $RandomDelay"', "sh", str(path)],
-                              env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=10)
+def test_the_block_leaves_the_shells_other_settings_and_curl_calls_and_works_under_set_u(tmp_path: Path) -> None:
+    path = config_with_block(tmp_path, unused_port(), before='export TZ=Asia/Shanghai\nRandomDelay="300"\n')
+    script = '. "$1"; echo "${QlPort-unset} $TZ $RandomDelay"; curl -s -o /dev/null -w "%{http_code}" file:///dev/null'
+    done = subprocess.run(["bash", "-uc", script, "sh", str(path)], env={"PATH": os.environ["PATH"]},
+                          capture_output=True, text=True, timeout=10)
 
-    assert done.returncode == 0 and done.stderr == "" and done.stdout.split() == [str(up), "Asia/Shanghai", "300"]
+    assert done.returncode == 0 and done.stderr == "" and done.stdout.split() == ["unset", "Asia/Shanghai", "300",
+                                                                                   "000"]
+
+
+def test_a_posix_sh_sourcing_config_sh_skips_the_block(tmp_path: Path) -> None:
+    done = subprocess.run(["sh", "-c", '. "$1"; command -v curl >/dev/null; type curl', "sh",
+                           str(config_with_block(tmp_path, unused_port()))], capture_output=True, text=True,
+                          timeout=10, env={"PATH": os.environ["PATH"]})
+
+    assert done.returncode == 0 and "function" not in done.stdout and done.stderr == ""
 
 
 def test_2x_records_every_execution_itself_while_the_bridge_is_down_and_the_bridge_records_it_when_up(

@@ -61,8 +61,8 @@ def test_a_qlport_set_through_a_variable_is_evaluated_by_bash_with_the_backends_
     default = check_shell_port(evidence(tmp_path, backends=[backend()]))
     moved = check_shell_port(evidence(tmp_path, backends=[backend(SHELL_PORT="5702")]))
 
-    assert default.verdict == "ok" and "port 5700" in default.detail
-    assert moved.verdict == "fail" and "port 5702" in moved.detail and "neither the bridge nor 2.x" in moved.detail
+    assert default.verdict == "ok" and "localhost:5700" in default.detail
+    assert moved.verdict == "fail" and "localhost:5702" in moved.detail and "bypass the bridge" in moved.detail
 
 
 def test_a_config_sh_that_ends_the_shell_is_a_warning_that_says_so(tmp_path: Path) -> None:

@@ -23,14 +23,15 @@ BLOCK = render_block(5701, AT)
 SAMPLE = '## 2.x\'s sample\nAutoDelCron="true"\nexport PUSH_KEY=""\n'
 
 
-def test_the_block_names_ql_bridge_and_its_time_and_points_at_its_port_only_behind_a_probe() -> None:
+def test_the_block_names_ql_bridge_and_its_time_and_sends_callbacks_to_its_port_never_touching_qlport() -> None:
     lines = BLOCK.splitlines()
 
     assert lines[0].startswith(BEGIN) and "2026-12-05T06:40:00Z" in lines[0] and "ql-bridge seam remove" in lines[0]
     assert lines[-1].startswith(END) and BLOCK.endswith("\n")
-    assert "--max-time 0.3 http://localhost:5701/livez" in BLOCK
-    pointing = [line for line in lines if "export QlPort=5701" in line]
-    assert pointing == ["  *'\"status\":'*'\"ok\"'*) export QlPort=5701 ;;"]
+    pointing = [line.strip() for line in lines if "127.0.0.1:5701" in line and not line.startswith("#")]
+    assert pointing == ['ql_bridge_url="http://127.0.0.1:5701$path"']
+    assert "QlPort" not in BLOCK and "--connect-timeout 1" in BLOCK
+    assert [b.sets_qlport for b in find_blocks(BLOCK)] == [False]
 
 
 @pytest.mark.parametrize("original", [SAMPLE, SAMPLE.rstrip("\n"), "", "\n", "a\r\nb\r\n"],
