@@ -30,6 +30,7 @@ from bridge.cli.doctor_release import (
     log_evidence,
     release_evidence,
 )
+from bridge.cli.seam_shells import shells_check
 from bridge.config import Settings, local_zone_name
 from legacy_adapters.install import (
     DEFAULT_PORT,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Check", "Evidence", "Verdict", "examine", "render", "run_checks", "seam_checks"]
 RECENT_INSTANCES = 50
-BACKEND, SHELLS = "seam: 2.x's backend", "seam: task shells"
+BACKEND = "seam: 2.x's backend"
 
 
 @dataclass(frozen=True)
@@ -105,17 +106,7 @@ def check_backend_port(evidence: Evidence) -> Check:
 def check_shell_port(evidence: Evidence) -> Check:
     """Where task shells send their status callbacks: bash over config.sh with the backend's environment, and
     the release's own target without the bridge (bridge/cli/seam.py, which `ql-bridge seam` prints too)."""
-    from bridge.cli.seam import shells_check
-
     return shells_check(evidence.settings, evidence.backends)
-
-
-def inherited_environment(backends: Sequence[BackendProcess]) -> dict[str, str] | None:
-    """The environment every task shell starts from: the backend's, when it is readable and unambiguous."""
-    readable = [b for b in backends if b.environ is not None]
-    if len({b.inherited_qlport for b in readable}) != 1:
-        return None
-    return readable[0].environ
 
 
 def seam_checks(settings: Settings, *, proc_root: Path = Path("/proc")) -> list[Check]:

@@ -13,15 +13,24 @@ whether that is what was meant.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bridge.cli.doctor import SHELLS, Check, inherited_environment, render, seam_checks
+from bridge.cli.doctor import Check, render, seam_checks
 from bridge.cli.failures import CommandFailedError
-from bridge.config import ConfigError, Settings
+from bridge.cli.seam_shells import (
+    SHELLS,
+    Probe,
+    inherited_environment,
+    probe_livez,
+    release_of,
+    this_install,
+    without_bridge,
+)
+from bridge.config import Settings
 from legacy_adapters.config_sh import (
     ConfigSh,
     back_up,
@@ -30,7 +39,7 @@ from legacy_adapters.config_sh import (
     replace_config_sh,
     why_not_writable,
 )
-from legacy_adapters.install import BackendProcess, find_backend_processes
+from legacy_adapters.install import find_backend_processes
 from legacy_adapters.seam_block import (
     Block,
     SeamBlockError,
@@ -40,14 +49,12 @@ from legacy_adapters.seam_block import (
     with_block,
     without_block,
 )
-from legacy_adapters.task_shell import ShellTargets, task_shell_targets
+from legacy_adapters.task_shell import task_shell_targets
 
 if TYPE_CHECKING:
     from legacy_adapters.releases import ReleaseProfile
 
 Echo = Callable[[str], None]
-Probe = Callable[[int], str | None]
-LIVEZ_TIMEOUT_S = 1.0
 
 
 class SeamRefusedError(CommandFailedError):
@@ -70,35 +77,6 @@ class Change:
         lines = difflib.unified_diff(self.config.text.splitlines(keepends=True), self.after.splitlines(keepends=True),
                                      fromfile=path, tofile=f"{path} (after)")
         return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-
-
-def probe_livez(port: int, timeout_s: float = LIVEZ_TIMEOUT_S) -> str | None:
-    """None when a ql-bridge answers 127.0.0.1:<port>/livez (where the block sends callbacks); else why not."""
-    import httpx
-
-    try:
-        response = httpx.get(f"http://127.0.0.1:{port}/livez", timeout=timeout_s, trust_env=False)
-    except httpx.TimeoutException:
-        return f"no answer within {timeout_s:g} s"
-    except httpx.HTTPError as exc:
-        return f"nothing answers there ({type(exc).__name__})"
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if response.status_code == 200 and isinstance(body, dict) and body.get("status") == "ok":
-        return None
-    return f"something else answers there (HTTP {response.status_code}, not ql-bridge's /livez)"
-
-
-def release_of(settings: Settings) -> ReleaseProfile | str:
-    """The release profile bootstrap decides (bridge.bootstrap.release), or why it cannot be decided."""
-    from bridge.bootstrap.release import decide_legacy_release
-
-    try:
-        return decide_legacy_release(settings)
-    except ConfigError as exc:
-        return str(exc)
 
 
 def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez,
@@ -197,14 +175,14 @@ def status(settings: Settings, echo: Echo, probe: Probe = probe_livez) -> int:
     echo(_block_line(blocks[0], path) if blocks else f"block    not installed in {path}")
     release = release_of(settings)
     echo(f"release  {release.describe()}" if not isinstance(release, str) else f"release  cannot be decided: {release}")
-    inherited = inherited_environment(_this_install(settings, find_backend_processes(), release))
+    inherited = inherited_environment(this_install(settings, find_backend_processes(), release))
     shell = task_shell_targets(path, inherited)
     if shell.qlport is None:
         echo(f"shells   cannot be computed: {shell.error}")
         return 0
     where = ("with 2.x's backend's environment" if inherited is not None else
              "without 2.x's backend's environment (not visible from here)")
-    _, twos = _without_bridge(shell, release)
+    _, twos = without_bridge(shell, release)
     if shell.bridge_port is not None:
         echo(f"shells   send status callbacks to the bridge at 127.0.0.1:{shell.bridge_port}, and each one the "
              f"bridge cannot take to 2.x on {twos} (bash sourced config.sh {where})")
@@ -214,81 +192,6 @@ def status(settings: Settings, echo: Echo, probe: Probe = probe_livez) -> int:
     else:
         echo(f"shells   call 2.x on {twos}: no ql-bridge callback function in config.sh (bash sourced it {where})")
     return 0
-
-
-def _this_install(settings: Settings, backends: Sequence[BackendProcess],
-                  release: ReleaseProfile | str) -> list[BackendProcess]:
-    """The backends serving BRIDGE_LEGACY_DATA_DIR: another 2.x install's environment says nothing of these shells."""
-    from bridge.cli.doctor_release import install_backends
-
-    return install_backends(backends, settings.legacy_data_dir, None if isinstance(release, str) else release).ours
-
-
-def shells_check(settings: Settings, backends: Sequence[BackendProcess], probe: Probe = probe_livez,
-                 release: ReleaseProfile | str | None = None) -> Check:
-    """The doctor's "seam: task shells" line: where task shells send their status callbacks, as bash computes it
-    over config.sh with the backend's environment, and where they call without the bridge (the release's)."""
-    if settings.legacy_data_dir is None:
-        return Check(SHELLS, "warn", "BRIDGE_LEGACY_DATA_DIR is not set: config.sh cannot be read",
-                     "set BRIDGE_LEGACY_DATA_DIR to 2.x's data directory")
-    release = release_of(settings) if release is None else release
-    path = config_sh_path(settings.legacy_data_dir)
-    listen = settings.listen_port
-    install = f"run `ql-bridge seam install` (it adds a fail-safe callback block to {path}, which every task " \
-              "shell sources)"
-    if not isinstance(release, str) and not release.config_sh_after_api_sh:
-        return Check(SHELLS, "warn", f"2.x {release.name} sources config.sh before its callback functions exist: "
-                     "no block can send its callbacks to the bridge", "upgrade 2.x to v2.17.9 or later")
-    inherited = inherited_environment(_this_install(settings, backends, release))
-    shell = task_shell_targets(path, inherited)
-    if shell.qlport is None:
-        return Check(SHELLS, "warn", f"cannot compute where task shells call: {shell.error}", install)
-    twos_port, twos = _without_bridge(shell, release)
-    if shell.bridge_port is not None:
-        if shell.bridge_port != listen:
-            return Check(SHELLS, "fail", f"config.sh's ql-bridge block sends callbacks to port {shell.bridge_port}, "
-                         f"but the bridge listens on {listen}; they go to 2.x on {twos}",
-                         "run `ql-bridge seam install` again")
-        why = probe(listen)
-        if why is not None:
-            return Check(SHELLS, "fail", f"config.sh's ql-bridge block sends callbacks to 127.0.0.1:{listen}, where "
-                         f"no ql-bridge answers ({why}): each one fails over to 2.x on {twos}, bypassing the bridge",
-                         f"start the bridge on port {listen}")
-        return Check(SHELLS, "ok", f"task shells send status callbacks to the bridge at 127.0.0.1:{listen} "
-                     f"(config.sh's ql-bridge block), and each one it cannot take to 2.x on {twos}")
-    block = _installed_block(path)
-    if block is not None and block.sets_qlport:
-        install = "run `ql-bridge seam install` to replace config.sh's earlier ql-bridge block (it exported QlPort)"
-    if not shell.set_by_config_sh and inherited is None and _follows_qlport(release):
-        return Check(SHELLS, "warn", f"bash sourcing {path} defines no ql-bridge callback function and the "
-                     "backend's environment is not readable: task shells call whatever QlPort they inherit", install)
-    if twos_port == listen:
-        return Check(SHELLS, "ok", f"task shells call {twos}, where the bridge listens (no fail-over: with the "
-                     "bridge down 2.x gets no callback)", install)
-    return Check(SHELLS, "fail", f"task shells call 2.x on {twos}: bash sourcing {path} defines no ql-bridge "
-                 f"callback function, so callbacks bypass the bridge (it listens on {listen})", install)
-
-
-def _without_bridge(shell: ShellTargets, release: ReleaseProfile | str) -> tuple[int | None, str]:
-    """Where the release's shells call without the bridge, and how to say it: the literal 0.0.0.0:5600 up to
-    v2.19 (whatever QlPort says), else QlPort's port (docs/legacy-2x.md#callback-target-before-v221)."""
-    if isinstance(release, str):
-        return shell.qlport, f"port {shell.qlport} (QlPort; 5600 if 2.x is older than v2.20)"
-    port = release.fixed_callback_port or shell.qlport
-    source = "the literal URL in its api.sh" if release.fixed_callback_port else "QlPort"
-    return port, f"port {port} ({release.callback_host}:{port}, {source}, 2.x {release.name})"
-
-
-def _follows_qlport(release: ReleaseProfile | str) -> bool:
-    return isinstance(release, str) or release.callbacks_follow_qlport
-
-
-def _installed_block(path: Path) -> Block | None:
-    try:
-        blocks = find_blocks(read_config_sh(path).text)
-    except (OSError, SeamBlockError):
-        return None
-    return blocks[0] if blocks else None
 
 
 def _block_line(block: Block, path: Path) -> str:
