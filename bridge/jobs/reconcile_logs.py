@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.domain.model import RUN_ACTIVE, RunMode
 from bridge.service.pending_ends import PendingEndStore
@@ -33,9 +33,19 @@ from legacy_adapters.records import LegacyCron
 from projections.reconcile import Finding, JudgedSubjects, compare_logged, logged_stuck
 
 if TYPE_CHECKING:
-    from bridge.jobs.evidence import LogFileEvidence
+    from legacy_adapters.log_files import LogDirectory
 
 Missing = Callable[..., None]
+
+
+class LoggedEvidence(Protocol):
+    """What a log-file pass asks of the evidence that chose it (bridge.jobs.evidence.LogFileEvidence); a protocol,
+    so that this module and that one do not import each other."""
+
+    @property
+    def logs(self) -> LogDirectory: ...
+
+    def names_running(self, cron: LegacyCron, log_ref: str, pid: int | None) -> bool: ...
 
 
 @dataclass
@@ -69,7 +79,7 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
 class LogFilePass:
     """One pass over the task logs of the window, for one release without RunningInstances."""
 
-    def __init__(self, evidence: LogFileEvidence, reader: LegacyReader, context: PassContext) -> None:
+    def __init__(self, evidence: LoggedEvidence, reader: LegacyReader, context: PassContext) -> None:
         self._evidence = evidence
         self._reader = reader
         self._ctx = context
