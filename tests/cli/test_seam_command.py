@@ -201,7 +201,7 @@ def test_remove_exits_non_zero_while_2xs_backend_still_hands_its_shells_the_brid
     backend = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
                                 str(tmp_path / "static" / "build" / "app.js")],
                                env={"QlPort": str(bridge), "QlPortWithoutBridge": "", "BACK_PORT": "5701",
-                                    "PATH": os.environ["PATH"]})
+                                    "QL_DATA_DIR": str(config.parent.parent), "PATH": os.environ["PATH"]})
     try:
         result = cli("seam", "remove")
     finally:
