@@ -16,7 +16,7 @@ from deepdiff import DeepDiff
 
 from bridge.domain.events import ErrorCode, is_signal_exit
 from bridge.domain.mismatches import CRON_KINDS, MismatchKind
-from bridge.domain.model import RUN_ACTIVE, RUN_OUTCOME_KNOWN, RUN_TERMINAL, Origin, RunStatus
+from bridge.domain.model import RUN_ACTIVE, Origin, RunStatus, outcome_unreported
 from bridge.service.reconcile import ActiveRun, ComparedRun, OpenMismatch
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyTimeError
@@ -231,12 +231,6 @@ def compare_ended(instance: LegacyInstance, run: ComparedRun, tolerance_s: int) 
         found += finding(MismatchKind.FINISH_TIME, {"finished_s": instance.finished_at},
                          {"finished_s": _seconds(run.finished_at_ms)}, tolerance_s)
     return found
-
-
-def outcome_unreported(status: RunStatus) -> bool:
-    """The Run ended and nobody reported how (docs/run-state.md#outcome-not-reported): its status and exit code
-    are unknown, never set beside 2.x's as an agreement or a disagreement."""
-    return status in RUN_TERMINAL and status not in RUN_OUTCOME_KNOWN
 
 
 def stopped_by_relayed_stop(instance: LegacyInstance, run: ComparedRun) -> bool:

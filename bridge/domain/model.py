@@ -87,6 +87,12 @@ ATTEMPT_ACTIVE: frozenset[AttemptStatus] = frozenset(set(AttemptStatus) - ATTEMP
 RUN_OUTCOME_KNOWN: frozenset[RunStatus] = frozenset(RUN_TERMINAL - {_R.ENDED})
 
 
+def outcome_unreported(status: RunStatus) -> bool:
+    """The Run ended and nobody reported how (docs/run-state.md#outcome-not-reported): its status and exit code
+    are unknown, never set beside 2.x's as an agreement or a disagreement."""
+    return status in RUN_TERMINAL and status not in RUN_OUTCOME_KNOWN
+
+
 def run_can_go(from_status: RunStatus, to_status: RunStatus) -> bool:
     return to_status in RUN_TRANSITIONS[from_status]
 
