@@ -92,6 +92,9 @@ class OriginFigures:
     terminal_status_agree: int = 0
     exit_code_pairs: int = 0
     exit_code_agree: int = 0
+    # Runs that ended without a reported outcome (docs/run-state.md#outcome-not-reported): unknown, so in neither
+    # agreement's pairs, neither agreeing nor disagreeing.
+    ended_without_outcome: int = 0
     unmatched_callbacks: int = 0
     ambiguous_callbacks: int = 0
     duplicates: int = 0
@@ -116,6 +119,7 @@ class OriginFigures:
             "terminal_status_agree": self.terminal_status_agree,
             "exit_code_pairs": self.exit_code_pairs,
             "exit_code_agree": self.exit_code_agree,
+            "ended_without_outcome": self.ended_without_outcome,
             "unmatched_callbacks": self.unmatched_callbacks,
             "ambiguous_callbacks": self.ambiguous_callbacks,
             "duplicates": self.duplicates,
@@ -156,13 +160,14 @@ def ratio(numerator: int, denominator: int, minimum: int) -> float | None:
 def evaluate(figures: OriginFigures, thresholds: GateThresholds, window: Window) -> list[GateVerdict]:
     """One verdict per gate in GATES order."""
     f, t = figures, thresholds
+    unknown = ended_without_outcome_words(f.ended_without_outcome)
     return [
         _ratio_gate("completeness", f.with_shadow_run, f.executions_observed, t.completeness, t.min_executions,
                     "executions with a shadow Run"),
         _ratio_gate("terminal_status_agreement", f.terminal_status_agree, f.terminal_pairs, t.status_agreement,
-                    t.min_executions, "terminal pairs"),
+                    t.min_executions, "terminal pairs", unknown),
         _ratio_gate("exit_code_agreement", f.exit_code_agree, f.exit_code_pairs, t.exit_code_agreement,
-                    t.min_executions, "exit-code pairs"),
+                    t.min_executions, "exit-code pairs", unknown),
         _at_most("no_unexplained_duplicates", f.duplicates, t.max_duplicates, "duplicates_found",
                  f"{f.duplicates} open duplicate-execution mismatch(es)"),
         _at_most("no_stale_mismatches", f.stale_mismatches, 0, "stale_mismatches_found",
@@ -217,13 +222,22 @@ def failing(verdicts: list[GateVerdict]) -> list[str]:
     return [v.gate for v in verdicts if not v.passed]
 
 
-def _ratio_gate(gate: str, agree: int, pairs: int, threshold: float, minimum: int, noun: str) -> GateVerdict:
+def ended_without_outcome_words(n: int) -> str:
+    """``3 ended without a reported outcome``, or "" for none."""
+    return f"{n:,} ended without a reported outcome" if n else ""
+
+
+def _ratio_gate(gate: str, agree: int, pairs: int, threshold: float, minimum: int, noun: str,
+                unknown: str = "") -> GateVerdict:
+    """``unknown`` names executions left out of ``pairs`` as neither agreeing nor disagreeing."""
+    aside = f"; {unknown}, not counted" if unknown else ""
     value = ratio(agree, pairs, minimum)
     if value is None:
-        return GateVerdict(gate, False, None, threshold, INSUFFICIENT_DATA, f"{pairs} {noun}, fewer than {minimum}")
+        return GateVerdict(gate, False, None, threshold, INSUFFICIENT_DATA,
+                           f"{pairs} {noun}, fewer than {minimum}{aside}")
     passed = value >= threshold
     return GateVerdict(gate, passed, value, threshold, "meets_threshold" if passed else "below_threshold",
-                       f"{agree} of {pairs} {noun}")
+                       f"{agree} of {pairs} {noun}{aside}")
 
 
 def _at_most(gate: str, value: int, limit: int, failure: str, detail: str) -> GateVerdict:

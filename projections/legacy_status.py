@@ -99,6 +99,8 @@ def _instance_outcome(facts: RunFacts) -> tuple[InstanceStatus, int | None]:
         return InstanceStatus.FINISHED, facts.exit_code
     if status == AttemptStatus.FAILED:
         return InstanceStatus.ERROR, facts.exit_code
+    if status == AttemptStatus.ENDED:  # no exit code was reported: what 2.x writes for such an end
+        return InstanceStatus.FINISHED, None  # (docs/legacy-2x.md#updatesh-sends-no-exit-code)
     if status == AttemptStatus.CANCELLED:
         return InstanceStatus.STOPPED, STOPPED_EXIT_CODE  # like stopInstance
     if status == AttemptStatus.TIMED_OUT:

@@ -16,7 +16,7 @@ from deepdiff import DeepDiff
 
 from bridge.domain.events import ErrorCode, is_signal_exit
 from bridge.domain.mismatches import CRON_KINDS, MismatchKind
-from bridge.domain.model import RUN_ACTIVE, Origin, RunStatus
+from bridge.domain.model import RUN_ACTIVE, Origin, RunStatus, outcome_unreported
 from bridge.service.reconcile import ActiveRun, ComparedRun, OpenMismatch
 from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.errors import LegacyTimeError
@@ -220,7 +220,9 @@ def structured_diff(legacy: dict[str, Any], shadow: dict[str, Any], *, epsilon: 
 def compare_ended(instance: LegacyInstance, run: ComparedRun, tolerance_s: int) -> list[Finding]:
     """An ended 2.x instance against its shadow Run: status, exit code, start and finish times.
 
-    For a row ``instance_defects`` finds nothing in; any other row is an ``invalid_value`` finding.
+    For a row ``instance_defects`` finds nothing in; any other row is an ``invalid_value`` finding. A Run
+    ``ended`` without a reported outcome (docs/run-state.md#outcome-not-reported) has no status or exit code to
+    set beside 2.x's: neither agrees nor disagrees, so only the times are compared.
     """
     status = _instance_status(instance.status)
     expected = EXPECTED_RUN_STATUS.get(status) if status is not None else None
@@ -233,9 +235,11 @@ def compare_ended(instance: LegacyInstance, run: ComparedRun, tolerance_s: int) 
         diff = structured_diff(legacy, shadow, epsilon=epsilon)
         return [Finding(kind, instance.cron_id, run.id, instance.id, run.origin, diff)] if diff else []
 
-    # As plain text on both sides: the diff is stored and shown as JSON.
-    found = finding(MismatchKind.TERMINAL_STATUS, {"status": _text(expected)}, {"status": run.status.value})
-    if not stopped:  # a stopped row's 143 (or nothing, at boot) pairs with cancelled
+    found: list[Finding] = []
+    known = not outcome_unreported(run.status)  # an open Run does disagree: 2.x says it ended
+    if known:  # as plain text on both sides: the diff is stored and shown as JSON
+        found += finding(MismatchKind.TERMINAL_STATUS, {"status": _text(expected)}, {"status": run.status.value})
+    if known and not stopped:  # a stopped row's 143 (or nothing, at boot) pairs with cancelled
         # Like with like: both sides as 2.x keeps the number (a fraction stays a fraction).
         found += finding(MismatchKind.EXIT_CODE, {"exit_code": exit_code_as_given(instance.exit_code)},
                          {"exit_code": exit_code_as_given(run.exit_code)})

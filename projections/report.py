@@ -19,6 +19,7 @@ from projections.gates import (
     OpenMismatchWeight,
     OriginFigures,
     Window,
+    ended_without_outcome_words,
     evaluate,
     local_time,
     passes_all,
@@ -107,6 +108,8 @@ def _verdict(f: OriginFigures, gates: list[dict[str, Any]], window: Window, thre
     """The one sentence an operator decides on: the state first, then why, then what it rests on."""
     name, minimum = f.origin, thresholds.min_executions
     ran = f"{_many(f.executions_observed, 'execution')} over {span(window)}"
+    unknown = ended_without_outcome_words(f.ended_without_outcome)
+    ran += f" ({unknown})" if unknown else ""
     problems = open_mismatch_words(f, thresholds)
     unplaced = f.unmatched_callbacks + f.ambiguous_callbacks
     problems += f", {_many(unplaced, 'unplaced callback')}" if unplaced else ""

@@ -153,16 +153,20 @@ def _td(label: str, content: str, cls: str = "") -> str:
 
 
 def _origin_table(origins: list[dict[str, Any]]) -> str:
-    head = ("Origin", "Mode", "Executions", "Completeness", "Status agreement", "Exit-code agreement", "Unmatched",
-            "Ambiguous", "Duplicates", "Stuck", "Verdict")
+    # "No outcome": Runs that ended without a reported outcome, in neither agreement (a report written before
+    # the figure existed shows –).
+    head = ("Origin", "Mode", "Executions", "Completeness", "Status agreement", "Exit-code agreement", "No outcome",
+            "Unmatched", "Ambiguous", "Duplicates", "Stuck", "Verdict")
     rows = []
     for o in origins:
         f, r = o["figures"], o["ratios"]
+        unknown = f.get("ended_without_outcome")
         values = [_e(o["origin"]), _e(o["mode"] or "–"), f"{f['executions_observed']:,}",
                   *(percent(r[key], gate["threshold"] if (gate := _gate(o, key)) else None) for key, *_ in METRICS),
+                  "–" if unknown is None else f"{unknown:,}",
                   *(f"{f[k]:,}" for k in ("unmatched_callbacks", "ambiguous_callbacks", "duplicates", "stuck_runs")),
                   _state(o)]
-        cells = [_td(h, v, "num" if 2 <= i <= 9 else "") for i, (h, v) in enumerate(zip(head, values, strict=True))]
+        cells = [_td(h, v, "num" if 2 <= i <= 10 else "") for i, (h, v) in enumerate(zip(head, values, strict=True))]
         rows.append(f'<tr data-origin="{_e(o["origin"])}">{"".join(cells)}</tr>')
     header = "".join(f"<th>{_e(h)}</th>" for h in head)
     return (f'<table id="origin-table" class="cards"><thead><tr>{header}</tr></thead>'

@@ -27,7 +27,7 @@ _FIGURES: dict[str, Any] = {
 _FIGURES.update({"open_mismatches_by_kind": dict, "examples": list})
 _COUNTS_BY = ("open_mismatches_by_kind", "resolved_mismatches_by_kind", "expired_mismatches_by_kind",
               "expired_mismatches_by_reason")
-_FIGURES_ADDED = dict.fromkeys(_COUNTS_BY[1:], dict)
+_FIGURES_ADDED: dict[str, Any] = {**dict.fromkeys(_COUNTS_BY[1:], dict), "ended_without_outcome": int}
 _RATIOS = {gate: (*_NUM, None) for gate in RATIO_GATES}
 _GATE = {"gate": str, "passed": bool, "value": (*_NUM, None), "threshold": _NUM, "reason": str, "detail": str}
 _EXAMPLE = {"kind": str, "cron_id": (int, None), "run_id": (str, None), "first_seen_ms": int, "last_seen_ms": int,

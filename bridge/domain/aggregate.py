@@ -24,9 +24,9 @@ from bridge.domain.model import (
 )
 
 # docs/run-state.md#durable-cancellation, step 5: once a cancel request is committed, a later success or failure
-# converges to cancelled.
-_CONVERGES_TO_CANCELLED_RUN = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED})
-_CONVERGES_TO_CANCELLED_ATTEMPT = frozenset({AttemptStatus.SUCCEEDED, AttemptStatus.FAILED})
+# converges to cancelled, and so does an end whose outcome was not reported (the cancel explains it).
+_CONVERGES_TO_CANCELLED_RUN = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.ENDED})
+_CONVERGES_TO_CANCELLED_ATTEMPT = frozenset({AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.ENDED})
 
 
 @dataclass(frozen=True, slots=True)

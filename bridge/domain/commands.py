@@ -242,7 +242,8 @@ def move_attempt(change: RunChange, attempt: RunAttempt | None, cmd: TransitionA
 def run_target_after(attempt_status: AttemptStatus, requested: RunStatus) -> RunStatus:
     """Where the Run goes after its Attempt ended: as requested, except that a cancel which converged the
     Attempt to cancelled takes the Run there too."""
-    if attempt_status is AttemptStatus.CANCELLED and requested in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+    if attempt_status is AttemptStatus.CANCELLED and requested in (RunStatus.SUCCEEDED, RunStatus.FAILED,
+                                                                   RunStatus.ENDED):
         return RunStatus.CANCELLED
     return requested
 

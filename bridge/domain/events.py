@@ -29,6 +29,7 @@ class EventType(StrEnum):
     RUN_CANCELLED = "run.cancelled"
     RUN_TIMED_OUT = "run.timed_out"
     RUN_LOST = "run.lost"
+    RUN_ENDED = "run.ended"  # finished, outcome not reported (docs/run-state.md#outcome-not-reported)
     ATTEMPT_CLAIMED = "attempt.claimed"
     ATTEMPT_STARTING = "attempt.starting"
     ATTEMPT_RUNNING = "attempt.running"
@@ -37,6 +38,7 @@ class EventType(StrEnum):
     ATTEMPT_CANCELLED = "attempt.cancelled"
     ATTEMPT_TIMED_OUT = "attempt.timed_out"
     ATTEMPT_LOST = "attempt.lost"
+    ATTEMPT_ENDED = "attempt.ended"
     ATTEMPT_LATE_CALLBACK_IGNORED = "attempt.late_callback_ignored"
     RUN_LEGACY_PROJECTION_MISMATCH = "run.legacy_projection_mismatch"
     RUN_RECONCILED = "run.reconciled"

@@ -26,6 +26,9 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     TIMED_OUT = "timed_out"
     LOST = "lost"
+    # The execution finished and nobody reported how (docs/run-state.md#outcome-not-reported): 2.x's end
+    # callback carried no exit code. Never counted as a success or a failure.
+    ENDED = "ended"
 
 
 class AttemptStatus(StrEnum):
@@ -37,6 +40,7 @@ class AttemptStatus(StrEnum):
     CANCELLED = "cancelled"
     TIMED_OUT = "timed_out"
     LOST = "lost"
+    ENDED = "ended"  # finished, outcome not reported (docs/run-state.md#outcome-not-reported)
 
 
 _R = RunStatus
@@ -44,7 +48,7 @@ RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
     _R.CREATED: frozenset({_R.QUEUED, _R.CANCELLED}),
     _R.QUEUED: frozenset({_R.DISPATCHING, _R.CANCELLED, _R.TIMED_OUT}),
     _R.DISPATCHING: frozenset({_R.RUNNING, _R.RETRY_WAIT, _R.FAILED, _R.CANCELLED, _R.LOST}),
-    _R.RUNNING: frozenset({_R.WAITING_APPROVAL, _R.RETRY_WAIT, _R.SUCCEEDED, _R.FAILED,
+    _R.RUNNING: frozenset({_R.WAITING_APPROVAL, _R.RETRY_WAIT, _R.SUCCEEDED, _R.FAILED, _R.ENDED,
                            _R.CANCELLED, _R.TIMED_OUT, _R.LOST}),
     _R.WAITING_APPROVAL: frozenset({_R.RUNNING, _R.CANCELLED, _R.TIMED_OUT}),
     _R.RETRY_WAIT: frozenset({_R.QUEUED, _R.CANCELLED, _R.TIMED_OUT}),
@@ -53,19 +57,21 @@ RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
     _R.FAILED: frozenset(),
     _R.CANCELLED: frozenset(),
     _R.TIMED_OUT: frozenset(),
+    _R.ENDED: frozenset(),
 }
-RUN_TERMINAL: frozenset[RunStatus] = frozenset({_R.SUCCEEDED, _R.FAILED, _R.CANCELLED, _R.TIMED_OUT})
+RUN_TERMINAL: frozenset[RunStatus] = frozenset({_R.SUCCEEDED, _R.FAILED, _R.CANCELLED, _R.TIMED_OUT, _R.ENDED})
 
 _A = AttemptStatus
 ATTEMPT_TRANSITIONS: Mapping[AttemptStatus, frozenset[AttemptStatus]] = {
     _A.CLAIMED: frozenset({_A.STARTING, _A.CANCELLED, _A.LOST}),
     _A.STARTING: frozenset({_A.RUNNING, _A.FAILED, _A.CANCELLED, _A.TIMED_OUT, _A.LOST}),
-    _A.RUNNING: frozenset({_A.SUCCEEDED, _A.FAILED, _A.CANCELLED, _A.TIMED_OUT, _A.LOST}),
+    _A.RUNNING: frozenset({_A.SUCCEEDED, _A.FAILED, _A.ENDED, _A.CANCELLED, _A.TIMED_OUT, _A.LOST}),
     _A.SUCCEEDED: frozenset(),
     _A.FAILED: frozenset(),
     _A.CANCELLED: frozenset(),
     _A.TIMED_OUT: frozenset(),
     _A.LOST: frozenset(),
+    _A.ENDED: frozenset(),
 }
 # docs/run-state.md#attempt-statuses-and-transitions: every one of these is immutable, lost included (a Run may add a
 # new Attempt after it).
@@ -76,6 +82,15 @@ ATTEMPT_TERMINAL: frozenset[AttemptStatus] = frozenset(
 RUN_ACTIVE: frozenset[RunStatus] = frozenset(set(RunStatus) - RUN_TERMINAL)
 # An Attempt is active (its process may exist) until it reaches a terminal status.
 ATTEMPT_ACTIVE: frozenset[AttemptStatus] = frozenset(set(AttemptStatus) - ATTEMPT_TERMINAL)
+# Terminal statuses that say how the execution finished. ``ended`` is the one that does not: a comparison with
+# 2.x's outcome (reconcile, the report, the gates) counts it as unknown, neither agreement nor disagreement.
+RUN_OUTCOME_KNOWN: frozenset[RunStatus] = frozenset(RUN_TERMINAL - {_R.ENDED})
+
+
+def outcome_unreported(status: RunStatus) -> bool:
+    """The Run ended and nobody reported how (docs/run-state.md#outcome-not-reported): its status and exit code
+    are unknown, never set beside 2.x's as an agreement or a disagreement."""
+    return status in RUN_TERMINAL and status not in RUN_OUTCOME_KNOWN
 
 
 def run_can_go(from_status: RunStatus, to_status: RunStatus) -> bool:

@@ -317,7 +317,9 @@ def _reload(tx: RunTransaction, run: Run) -> tuple[Run, RunAttempt | None]:
 
 def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts,
            verdict: EndVerdict | None = None) -> ShadowResult:
-    """The end closes the Run: by its exit code, or cancelled when the verdict names a stop."""
+    """The end closes the Run: by its exit code, cancelled when the verdict names a stop, else ``ended``: an end
+    without an exit code (before v2.21, and update.sh's on v2.21) says the execution finished, not how
+    (docs/run-state.md#outcome-not-reported)."""
     run, attempt = candidate.run, candidate.attempt
     change = tx.begin(run, actor=verdict.actor if verdict else SHELL, dedupe_key=facts.end_key)
     if attempt is None or attempt.is_terminal:
@@ -331,16 +333,27 @@ def _close(tx: RunTransaction, candidate: ActiveCandidate, facts: CallbackFacts,
         _request_cancel(change, stop, (verdict.requested_at_ms if verdict else None) or facts.received_at_ms,
                         payload)
     attempt = bring_attempt_to_running(change, attempt, payload=_SYNTH)
-    to_attempt = AttemptStatus.CANCELLED if stop else AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED
+    to_attempt, to_run = _ended_as(stop is not None, facts.exit_code)
     change.move_attempt(attempt, to_attempt, payload=payload, exit_code=facts.exit_code,
                         finished_at_ms=facts.received_at_ms, **error)
     bring_run_to_running(change, payload=_SYNTH)
-    to_run = RunStatus.CANCELLED if stop else RunStatus.FAILED if failed else RunStatus.SUCCEEDED
     change.move_run(to_run, payload=payload, duration_ms=facts.duration_ms, finished_at_ms=facts.received_at_ms,
                     **error)
     tx.commit(change)
     _project(tx, run, attempt.id, "end")
     return ShadowResult(Outcome.CANCELLED if stop else Outcome.CLOSED, run.id, run.origin)
+
+
+def _ended_as(stopped: bool, exit_code: int | float | None) -> tuple[AttemptStatus, RunStatus]:
+    """Where an end takes the Attempt and the Run: a stop is cancelled; an exit code says succeeded (0) or failed;
+    no exit code says only that it ended, never that it succeeded."""
+    if stopped:
+        return AttemptStatus.CANCELLED, RunStatus.CANCELLED
+    if exit_code is None:
+        return AttemptStatus.ENDED, RunStatus.ENDED
+    if exit_code == 0:
+        return AttemptStatus.SUCCEEDED, RunStatus.SUCCEEDED
+    return AttemptStatus.FAILED, RunStatus.FAILED
 
 
 def _close_kept(tx: RunTransaction, end: PendingEnd, verdict: EndVerdict) -> ShadowResult:

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 from alembic import command
 from sqlalchemy import Engine, insert, inspect, select, update
+from sqlalchemy.exc import IntegrityError
 
 from bridge.domain.errors import SchemaMismatchError
+from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
-from bridge.storage.schema import run_attempts_table, runs_table
+from bridge.storage.schema import run_attempts_table, run_events_table, runs_table
 from tests.conftest import Backend
 
 EXPECTED_TABLES = {"runs", "run_attempts", "run_events", "task_snapshots"}
@@ -116,3 +118,78 @@ def test_a_downgrade_past_0009_never_truncates_a_wide_exit_code(sql_backend: Bac
         conn.execute(update(run_attempts_table).values(exit_code=-(2**31)))
     downgrade(engine, "0008")
     assert (current_revision(engine), _exit_code(engine)) == ("0008", -(2**31))
+
+
+def _a_run_with_an_attempt_and_an_event(engine: Engine, status: str = "running") -> None:
+    run = {"id": "run-0015", "project_id": "default", "task_id": "legacy-cron:1", "task_revision": "rev",
+           "trigger_type": "legacy", "status": status, "version": 1, "event_sequence": 1, "created_at_ms": 1}
+    with engine.begin() as conn:
+        conn.execute(insert(runs_table).values(**run))
+        conn.execute(insert(run_attempts_table).values(
+            id="attempt-0015", run_id="run-0015", attempt=1, status=status, executor_type="legacy_shell",
+            callback_sequence=0, created_at_ms=1))
+        conn.execute(insert(run_events_table).values(
+            id="event-0015", run_id="run-0015", sequence=1, type="run.created", actor_type="system",
+            created_at_ms=1, payload="{}"))
+
+
+def _set_status(engine: Engine, status: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(update(runs_table).values(status=status))
+        conn.execute(update(run_attempts_table).values(status=status))
+
+
+def _statuses(engine: Engine) -> tuple[str, str]:
+    with engine.connect() as conn:
+        return (conn.execute(select(runs_table.c.status)).scalar_one(),
+                conn.execute(select(run_attempts_table.c.status)).scalar_one())
+
+
+def test_revision_0015_lets_a_stored_run_and_attempt_end_ended_and_still_refuses_unknown_statuses(
+        sql_backend: Backend) -> None:
+    engine = sql_backend.engine
+    assert engine is not None
+    downgrade(engine, "0014")
+    _a_run_with_an_attempt_and_an_event(engine)  # the Run has rows pointing at it: the upgrade must keep them
+    with pytest.raises(IntegrityError):
+        _set_status(engine, "ended")
+
+    upgrade(engine)
+    _set_status(engine, "ended")
+    assert _statuses(engine) == ("ended", "ended")
+    with pytest.raises(IntegrityError):
+        _set_status(engine, "finished")  # still a closed list, only wider
+    for status in ("succeeded", "failed", "cancelled", "timed_out", "lost"):
+        _set_status(engine, status)
+    assert _statuses(engine) == ("lost", "lost")
+
+
+def test_the_stored_status_checks_take_exactly_the_model_statuses(sql_backend: Backend) -> None:
+    engine = sql_backend.engine
+    assert engine is not None
+    _a_run_with_an_attempt_and_an_event(engine)
+    for status in RunStatus:
+        with engine.begin() as conn:
+            conn.execute(update(runs_table).values(status=status.value))
+    for attempt_status in AttemptStatus:
+        with engine.begin() as conn:
+            conn.execute(update(run_attempts_table).values(status=attempt_status.value))
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        conn.execute(update(run_attempts_table).values(status="retry_wait"))  # a Run status, not an Attempt's
+
+
+def test_a_downgrade_past_0015_is_refused_while_anything_is_ended_and_changes_nothing(sql_backend: Backend) -> None:
+    engine = sql_backend.engine
+    assert engine is not None
+    _a_run_with_an_attempt_and_an_event(engine, "ended")
+
+    with pytest.raises(RuntimeError, match="'ended'.*refused and nothing was changed"):
+        downgrade(engine, "0014")
+    assert current_revision(engine) == head_revision()
+    assert _statuses(engine) == ("ended", "ended")
+
+    _set_status(engine, "succeeded")
+    downgrade(engine, "0014")
+    assert (current_revision(engine), _statuses(engine)) == ("0014", ("succeeded", "succeeded"))
+    with pytest.raises(IntegrityError):
+        _set_status(engine, "ended")

@@ -57,7 +57,9 @@ def test_a_start_opens_a_running_run_through_every_legal_step(recorder: ShadowRe
 
 
 @pytest.mark.parametrize("exit_code, run_status, error_code", [
-    (0, RunStatus.SUCCEEDED, None), (3, RunStatus.FAILED, "process_exit_error"), (None, RunStatus.SUCCEEDED, None)])
+    (0, RunStatus.SUCCEEDED, None), (3, RunStatus.FAILED, "process_exit_error"),
+    (None, RunStatus.ENDED, None),  # no exit code (every end before v2.21): it ended, how is not known
+])
 def test_an_end_closes_the_run_by_exit_code(recorder: ShadowRecorder, service: RunService, exit_code: int | None,
                                             run_status: RunStatus, error_code: str | None) -> None:
     run_id = recorder.record_start(facts(), CTX).run_id
@@ -66,8 +68,27 @@ def test_an_end_closes_the_run_by_exit_code(recorder: ShadowRecorder, service: R
     run = service.get_run(run_id)
     (attempt,) = service.get_attempts(run_id)
     assert run.status is run_status and run.error_code == error_code
+    assert attempt.status.value == run_status.value and attempt.error_code == error_code
     assert attempt.exit_code == exit_code and run.duration_ms == 2000
     assert len(types(service, run_id)) <= 10  # write budget of a normal execution
+
+
+def test_an_end_without_exit_code_records_ended_with_its_times_and_a_later_end_is_ignored_late(
+        recorder: ShadowRecorder, service: RunService) -> None:
+    run_id = recorder.record_start(facts(), CTX).run_id
+    assert recorder.record_end(end(exit_code=None), lambda: CTX).outcome is Outcome.CLOSED
+    events = service.list_events(run_id).events
+    closing = {e.type.value: e.payload for e in events[-2:]}
+    assert set(closing) == {"attempt.ended", "run.ended"}
+    assert all("exit_code" not in p and "error_code" not in p and p["duration_ms"] == 2000 and "received_at_ms" in p
+               for p in closing.values())
+    assert service.get_run(run_id).finished_at_ms is not None
+
+    assert recorder.record_end(end(exit_code=3), lambda: CTX).outcome is Outcome.LATE_IGNORED
+    run = service.get_run(run_id)
+    (attempt,) = service.get_attempts(run_id)
+    assert (run.status, attempt.status, attempt.exit_code) == (RunStatus.ENDED, AttemptStatus.ENDED, None)
+    assert types(service, run_id)[-1] == "attempt.late_callback_ignored"
 
 
 def test_duplicate_start_and_end_callbacks_append_nothing(recorder: ShadowRecorder, service: RunService) -> None:

@@ -56,6 +56,12 @@ def test_times_leave_in_seconds_and_unknown_values_leave_the_column_alone() -> N
     assert (nothing.pid, nothing.log_path, nothing.last_execution_time, nothing.last_running_time) == (None,) * 4
 
 
+def test_a_run_ended_without_a_reported_outcome_leaves_the_cron_idle_with_its_times() -> None:
+    ended = facts(status="ended", attempt="ended", duration_ms=4_000, finished_at_ms=T0 + 4_000)
+    projected = project_crontab([], ended, ended)
+    assert (projected.status, projected.pid, projected.last_running_time) == (CrontabStatus.IDLE, None, 4)
+
+
 def test_a_terminal_run_without_a_stored_duration_uses_its_start_and_finish() -> None:
     terminal = facts(status="failed", attempt="failed", duration_ms=None, finished_at_ms=T0 + 2_600)
     assert project_crontab([], None, terminal).last_running_time == 3
@@ -65,7 +71,8 @@ def test_a_terminal_run_without_a_stored_duration_uses_its_start_and_finish() ->
     ("running", None, InstanceStatus.RUNNING, None),
     ("starting", None, InstanceStatus.RUNNING, None),
     ("succeeded", 0, InstanceStatus.FINISHED, 0),
-    ("succeeded", None, InstanceStatus.FINISHED, None),  # update.sh-style: no exit code
+    ("succeeded", None, InstanceStatus.FINISHED, None),
+    ("ended", None, InstanceStatus.FINISHED, None),  # update.sh's end: no exit code, and 2.x writes finished
     ("failed", 3, InstanceStatus.ERROR, 3),
     ("cancelled", None, InstanceStatus.STOPPED, 143),
     ("timed_out", None, InstanceStatus.ERROR, 124),

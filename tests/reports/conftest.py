@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 
 from bridge.bootstrap.commands import report_sources
 from bridge.config import Settings
@@ -64,7 +64,8 @@ class Scenario:
     def execution(self, cron_id: int, started_s: int, *, status: int = 1, exit_code: int | None = 0,
                   shadow: str = "end", shadow_exit: int | None = None, origin: str = "manual") -> dict[str, Any]:
         """A 2.x instance (status/exit_code as 2.x holds them) and, unless shadow == "none", its shadow Run:
-        "end" closes it with ``shadow_exit`` (default: the 2.x exit code), "stop" cancels it, "open" leaves it."""
+        "end" closes it with ``shadow_exit`` (default: the 2.x exit code), "unreported" closes it with no exit code
+        (every end before v2.21), "stop" cancels it, "open" leaves it."""
         pid = next(self.pids)
         log_path = f"/ql/data/log/{SECRET_LOG_DIR}/{cron_id}/{pid}.log"
         finished = started_s + 5 if status != 0 else None
@@ -82,10 +83,10 @@ class Scenario:
         self.clock.at = started_s * 1000 + 200
         run_id = self.recorder.record_start(facts, context).run_id
         self.clock.at = started_s * 1000 + 5000
-        if shadow == "end":
+        if shadow in ("end", "unreported"):
+            given = None if shadow == "unreported" else exit_code if shadow_exit is None else shadow_exit
             end = CallbackFacts(cron_id=cron_id, pid=pid, log_ref=facts.log_ref, started_at_ms=facts.started_at_ms,
-                                duration_ms=5000, exit_code=exit_code if shadow_exit is None else shadow_exit,
-                                received_at_ms=self.clock.at)
+                                duration_ms=5000, exit_code=given, received_at_ms=self.clock.at)
             self.recorder.record_end(end, lambda: context)
         elif shadow == "stop":
             self.recorder.record_stop(cron_id, self.clock.at)
@@ -103,6 +104,11 @@ class Scenario:
                 dedupe_key=f"{kind}:{uuid.uuid4().hex}",
                 first_seen_ms=first_seen_ms, last_seen_ms=first_seen_ms, occurrences=1, diff=diff,
                 **closed, **({"expired_reason": expired} if expired else {})))
+
+    def run_status(self, run_id: str) -> str:
+        assert self.backend.engine is not None
+        with self.backend.engine.connect() as conn:
+            return str(conn.execute(select(runs_table.c.status).where(runs_table.c.id == run_id)).scalar_one())
 
     def mark_imported(self, run_id: str) -> None:
         assert self.backend.engine is not None

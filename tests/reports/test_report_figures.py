@@ -106,6 +106,30 @@ def test_an_exit_code_disagreement_fails_exit_code_agreement_only(scenario: Scen
     assert entry(report, "manual")["ratios"]["exit_code_agreement"] == 0.95
 
 
+def test_runs_ended_without_a_reported_outcome_are_counted_apart_and_weigh_on_no_agreement(
+        scenario: Scenario) -> None:
+    cron = scenario.cron()
+    matching_set(scenario, cron, 20)
+    # Before v2.21 no end carries an exit code: the shadow Runs ended, while 2.x's rows say error and exit 3.
+    ended = [scenario.execution(cron, NOW_S - hours * HOUR, status=3, exit_code=3, shadow="unreported")
+             for hours in (31, 32, 33)]
+    ended.append(scenario.execution(cron, NOW_S - 34 * HOUR, status=1, exit_code=None, shadow="unreported"))
+    assert {scenario.run_status(e["run_id"]) for e in ended} == {"ended"}
+    report = scenario.report()
+    manual = entry(report, "manual")
+    f = manual["figures"]
+    assert (f["executions_observed"], f["with_shadow_run"], f["ended_without_outcome"]) == (24, 24, 4)
+    assert (f["terminal_pairs"], f["terminal_status_agree"], f["exit_code_pairs"], f["exit_code_agree"]) == (20, 20,
+                                                                                                             20, 20)
+    assert manual["ratios"] == {"completeness": 1.0, "terminal_status_agreement": 1.0, "exit_code_agreement": 1.0}
+    assert gate(report, "manual", "terminal_status_agreement")["detail"] == (
+        "20 of 20 terminal pairs; 4 ended without a reported outcome, not counted")
+    assert "(4 ended without a reported outcome)" in manual["verdict"]["sentence"]
+    assert check_report(report) == []
+    html = render_html(report)
+    assert '<td data-label="No outcome" class="num"><div>4</div></td>' in html
+
+
 def test_too_few_executions_give_insufficient_data_and_no_ratios(scenario: Scenario) -> None:
     cron = scenario.cron()
     matching_set(scenario, cron, 3)

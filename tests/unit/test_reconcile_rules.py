@@ -67,6 +67,14 @@ def test_each_ended_2x_status_expects_its_run_status(status: InstanceStatus, exp
                                                                                           "scheduled_node")
 
 
+@pytest.mark.parametrize("status", [InstanceStatus.FINISHED, InstanceStatus.ERROR, InstanceStatus.STOPPED])
+def test_a_run_ended_without_a_reported_outcome_neither_agrees_nor_disagrees_on_status_or_exit_code(
+        status: InstanceStatus) -> None:
+    assert compare_ended(instance(status, exit_code=3), run("ended", exit_code=None), tolerance_s=2) == []
+    late = run("ended", exit_code=None, finished_at_ms=(BEGIN_S + 30) * 1000)  # its times are still facts
+    assert kinds(compare_ended(instance(status, exit_code=3), late, tolerance_s=2)) == [MismatchKind.FINISH_TIME]
+
+
 def test_times_agree_within_the_tolerance_and_differ_past_it() -> None:
     late = run(started_at_ms=(BEGIN_S + 2) * 1000, finished_at_ms=(BEGIN_S + 13) * 1000)
     assert kinds(compare_ended(instance(), late, tolerance_s=2)) == [MismatchKind.FINISH_TIME]

@@ -34,6 +34,7 @@ from bridge.domain.model import (
     ATTEMPT_TERMINAL,
     ATTEMPT_TRANSITIONS,
     IMPORTED_MODE,
+    RUN_OUTCOME_KNOWN,
     RUN_TERMINAL,
     RUN_TRANSITIONS,
     AttemptStatus,
@@ -60,10 +61,43 @@ def test_the_tables_cover_every_status_and_match_adr_0001() -> None:
     assert set(ATTEMPT_TRANSITIONS) == set(AttemptStatus)
     assert RUN_TRANSITIONS[RunStatus.DISPATCHING] == {RunStatus.RUNNING, RunStatus.RETRY_WAIT, RunStatus.FAILED,
                                                       RunStatus.CANCELLED, RunStatus.LOST}
-    assert RUN_TERMINAL == {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT}
+    assert RUN_TERMINAL == {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
+                            RunStatus.ENDED}
     assert RunStatus.LOST not in RUN_TERMINAL  # lost needs reconciliation, it is not an end
     assert ATTEMPT_TERMINAL == {AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.CANCELLED,
-                                AttemptStatus.TIMED_OUT, AttemptStatus.LOST}
+                                AttemptStatus.TIMED_OUT, AttemptStatus.LOST, AttemptStatus.ENDED}
+
+
+def test_ended_is_reached_only_from_running_like_an_outcome_and_says_no_outcome() -> None:
+    assert {s for s, targets in RUN_TRANSITIONS.items() if RunStatus.ENDED in targets} == {RunStatus.RUNNING}
+    assert {s for s, targets in ATTEMPT_TRANSITIONS.items() if AttemptStatus.ENDED in targets} == {
+        AttemptStatus.RUNNING}
+    assert RUN_OUTCOME_KNOWN == RUN_TERMINAL - {RunStatus.ENDED}
+
+
+def test_an_unreported_end_records_run_ended_and_attempt_ended_without_exit_code_or_error() -> None:
+    run = a_run(RunStatus.RUNNING)
+    attempt = RunAttempt(id="a1", run_id="r1", attempt=1, status=AttemptStatus.RUNNING, executor_type="x",
+                         callback_sequence=2, created_at_ms=1)
+    change = RunChange(run, actor=ACTOR, at_ms=9, new_id=new_id)
+    moved = change.move_attempt(attempt, AttemptStatus.ENDED)
+    assert change.move_run(RunStatus.ENDED) is RunStatus.ENDED
+    result = change.result()
+    assert [e.type.value for e in result.events] == ["attempt.ended", "run.ended"]
+    assert (moved.status, moved.exit_code, moved.error_code, moved.finished_at_ms) == (
+        AttemptStatus.ENDED, None, None, 9)
+    assert (result.run.status, result.run.error_code, result.run.finished_at_ms) == (RunStatus.ENDED, None, 9)
+    assert result.run.is_terminal and moved.is_terminal
+
+
+def test_an_unreported_end_after_a_cancel_request_converges_to_cancelled() -> None:
+    run = replace(a_run(RunStatus.RUNNING), cancel_requested_at_ms=3, cancel_reason="cancelled_by_user")
+    attempt = RunAttempt(id="a1", run_id="r1", attempt=1, status=AttemptStatus.RUNNING, executor_type="x",
+                         callback_sequence=0, created_at_ms=1)
+    change = RunChange(run, actor=ACTOR, at_ms=9, new_id=new_id)
+    assert change.move_attempt(attempt, AttemptStatus.ENDED).status is AttemptStatus.CANCELLED
+    assert change.move_run(RunStatus.ENDED) is RunStatus.CANCELLED
+    assert change.result().run.error_code == "cancelled_by_user"
 
 
 @pytest.mark.parametrize("status", sorted(RUN_TERMINAL))
@@ -145,6 +179,8 @@ def test_imported_history_is_read_only_and_never_retried() -> None:
 @pytest.mark.parametrize("attempt_status, requested, expected", [
     (AttemptStatus.CANCELLED, RunStatus.SUCCEEDED, RunStatus.CANCELLED),
     (AttemptStatus.CANCELLED, RunStatus.FAILED, RunStatus.CANCELLED),
+    (AttemptStatus.CANCELLED, RunStatus.ENDED, RunStatus.CANCELLED),
+    (AttemptStatus.ENDED, RunStatus.ENDED, RunStatus.ENDED),
     (AttemptStatus.CANCELLED, RunStatus.RETRY_WAIT, RunStatus.RETRY_WAIT),
     (AttemptStatus.SUCCEEDED, RunStatus.SUCCEEDED, RunStatus.SUCCEEDED),
     (AttemptStatus.FAILED, RunStatus.FAILED, RunStatus.FAILED),

@@ -110,9 +110,10 @@ def seeder_for(backend: Backend) -> Seeder:
 
 
 def seed_five(seeder: Seeder) -> dict[str, str]:
-    """a..e, oldest first: two ended Runs of cron 1, two running Runs of cron 2, one bare created Run."""
+    """a..e, oldest first: two ended Runs of cron 1 (exit 0 and 3), two running Runs of cron 2, one bare created
+    Run."""
     return {
-        "a": seeder.shadow(T0, cron=1, origin="scheduled_node", ended=True),
+        "a": seeder.shadow(T0, cron=1, origin="scheduled_node", ended=True, exit_code=0),
         "b": seeder.shadow(T0 + 1000, cron=1, origin="manual", ended=True, exit_code=3),
         "c": seeder.shadow(T0 + 2000, cron=2, origin="manual"),
         "d": seeder.shadow(T0 + 3000, cron=2, origin="scheduled_node"),
@@ -333,6 +334,19 @@ def test_events_come_in_sequence_pages_until_next_after_is_null(api: Api, five: 
     assert api.get(f"/v3/runs/{run_id}/events?limit={total}").get_json()["next_after"] is None
 
 
+def test_a_run_whose_end_reported_no_outcome_is_listed_as_ended_never_as_succeeded(
+        api: Api, five: dict[str, str]) -> None:
+    unreported = api.seeder.shadow(T0 + 5000, cron=3, ended=True, exit_code=None)  # every end before v2.21
+
+    assert ids(api.get("/v3/runs?status=ended")) == [unreported]
+    assert ids(api.get("/v3/runs?status=succeeded")) == [five["a"]]
+    body = api.get(f"/v3/runs/{unreported}").get_json()
+    assert (body["status"], body["error_code"], body["attempts"][0]["status"], body["attempts"][0]["exit_code"]) == (
+        "ended", None, "ended", None)
+    types = [e["type"] for e in api.get(f"/v3/runs/{unreported}/events").get_json()["events"]]
+    assert types[-2:] == ["attempt.ended", "run.ended"]
+
+
 def test_event_types_and_statuses_are_lowercase_strings_and_payloads_are_json_objects(
         api: Api, five: dict[str, str]) -> None:
     events = api.get(f"/v3/runs/{five['b']}/events").get_json()["events"]
@@ -532,7 +546,10 @@ def test_sql_queries_filter_and_order_runs_on_every_backend(sql_queries: tuple[S
     assert listed(cron_id=1) == [five[k] for k in "eba"]
     assert listed(origin="manual") == [five[k] for k in "cb"]
     assert listed(status="running") == [five[k] for k in "dc"]
-    assert listed(since_ms=T0 + 2000) == [five[k] for k in "edc"]
+    assert listed(status="ended") == []
+    unreported = seeder.shadow(T0 + 5000, cron=1, ended=True, exit_code=None)
+    assert listed(status="ended") == [unreported] == listed(cron_id=1, status="ended")
+    assert listed(since_ms=T0 + 2000) == [unreported] + [five[k] for k in "edc"]
     assert listed(cron_id=2, status="running", origin="scheduled_node", since_ms=T0) == [five["d"]]
 
 

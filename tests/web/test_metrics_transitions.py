@@ -95,3 +95,16 @@ def test_a_refused_transition_is_counted_as_invalid() -> None:
 
     assert moved(metrics, "created", "succeeded", "invalid") == 1
     assert moved(metrics, "created", "succeeded") == 0
+
+
+def test_an_end_without_a_reported_outcome_is_counted_under_its_own_bounded_labels() -> None:
+    from bridge.domain.events import SHELL, EventType, RunEvent
+
+    metrics = BridgeMetrics()
+    ended = [RunEvent(id="e1", run_id="r1", sequence=9, type=EventType.ATTEMPT_ENDED, actor_type=SHELL.type,
+                      created_at_ms=1, payload={"from": "running", "to": "ended"}),
+             RunEvent(id="e2", run_id="r1", sequence=10, type=EventType.RUN_ENDED, actor_type=SHELL.type,
+                      created_at_ms=1, payload={"from": "running", "to": "ended"})]
+    metrics.events_appended(ended)
+    assert moved(metrics, "running", "ended") == 1 and moved(metrics, "running", "other") == 0
+    assert metrics.value(EVENTS, type="run.ended") == 1 and metrics.value(EVENTS, type="attempt.ended") == 1

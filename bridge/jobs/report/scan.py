@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 from bridge.config import Settings
 from bridge.domain.events import EventType
 from bridge.domain.keys import execution_key, import_key
-from bridge.domain.model import RunMode, RunStatus
+from bridge.domain.model import RunMode, RunStatus, outcome_unreported
 from bridge.service.reports import MAX_KEYS, ReportedRun, ReportReads
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyTimeError
@@ -57,6 +57,9 @@ class Tally:
         if run is None:
             return
         f.with_shadow_run += 1
+        if outcome_unreported(run.status):
+            f.ended_without_outcome += 1  # unknown, in neither agreement (docs/run-state.md#outcome-not-reported)
+            return
         expected = EXPECTED_STATUS.get(instance.status) if instance.status is not None else None
         if expected is None:
             return  # still running (or an unknown status): nothing terminal to compare yet
