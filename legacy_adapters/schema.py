@@ -121,6 +121,17 @@ ENDED_INSTANCE: Mapping[InstanceStatus, EndedAs] = {
     InstanceStatus.STOPPED: EndedAs(RunStatus.CANCELLED, AttemptStatus.CANCELLED, ErrorCode.CANCELLED_BY_USER),
 }
 
+# An ended execution nobody reported the outcome of (docs/releases.md#outcome-not-reported): 2.x writes finished
+# with a NULL exit code for an end without one (v2.21 `update.sh`), and before v2.21 nothing keeps an exit code.
+OUTCOME_NOT_REPORTED = EndedAs(RunStatus.ENDED, AttemptStatus.ENDED, None)
+
+
+def instance_outcome(status: InstanceStatus, exit_code: int | float | None) -> EndedAs:
+    """What an ended ``RunningInstances`` row stands for: finished with no exit code claims no success."""
+    if status is InstanceStatus.FINISHED and exit_code is None:
+        return OUTCOME_NOT_REPORTED
+    return ENDED_INSTANCE[status]
+
 
 def format_updated_at(ms: int) -> str:
     """UTC ms as Sequelize writes DATETIME on SQLite: ``YYYY-MM-DD HH:MM:SS.SSS +00:00``."""

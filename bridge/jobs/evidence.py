@@ -16,25 +16,24 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from bridge.domain.events import ErrorCode
-from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.jobs.stop_decisions import instance_of, legacy_stop_code
 from bridge.service.reconcile import UnfinishedRun
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.log_files import NO_LOG, LogDirectory, LoggedExecution
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyCron
-from legacy_adapters.schema import ENDED_INSTANCE, EndedAs, InstanceStatus, crontab_state
+from legacy_adapters.schema import OUTCOME_NOT_REPORTED as OUTCOME_NOT_REPORTED_AS
+from legacy_adapters.schema import EndedAs, InstanceStatus, crontab_state, instance_outcome
 from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 
 if TYPE_CHECKING:
     from bridge.jobs.reconcile_logs import PassContext
 
 # An execution that ended without reporting how (before v2.21 neither the shell nor 2.x keeps an exit code,
-# docs/legacy-2x.md#no-exit-code-before-v221). The Run model is getting a terminal status of its own for this
-# (``ended``: finished, outcome not reported); until it has one, such an end is recorded as failed with no error
-# code and the summary below, never as succeeded. Every such end goes through this one constant.
-OUTCOME_NOT_REPORTED = "outcome_not_reported"
-ENDED_WITHOUT_OUTCOME = EndedAs(RunStatus.FAILED, AttemptStatus.FAILED, None)
+# docs/legacy-2x.md#no-exit-code-before-v221): its Run ends ``ended``, never succeeded
+# (docs/releases.md#outcome-not-reported).
+OUTCOME_NOT_REPORTED = "outcome_not_reported"  # the events' word for it
+ENDED_WITHOUT_OUTCOME = OUTCOME_NOT_REPORTED_AS
 # How far before a Run's start second its log file may be named: runSingle names a panel run's file in Node, just
 # before the shell takes its begin second (docs/legacy-2x.md#log-paths).
 NAMED_BEFORE_START_S = 60
@@ -104,9 +103,10 @@ class InstanceRowEvidence:
             return LegacyExecution(ExecutionState.STOPPED, "legacy_instance", finished_at_ms=finished,
                                    stop_code=legacy_stop_code(self._reader, instance), details=status)
         if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
-            ended = ENDED_INSTANCE[InstanceStatus(instance.status)]
+            exit_code = exit_code_as_given(instance.exit_code)
+            ended = instance_outcome(InstanceStatus(instance.status), exit_code)
             return LegacyExecution(ExecutionState.ENDED, "legacy_instance", ended, finished,
-                                   exit_code=exit_code_as_given(instance.exit_code), details=status)
+                                   exit_code=exit_code, details=status)
         # A status 2.x never writes proves nothing either way: only the process can.
         return LegacyExecution(ExecutionState.RUNNING, "legacy_instance", details=status,
                                claims_running=instance.status == InstanceStatus.RUNNING)

@@ -155,8 +155,6 @@ def _complete(runs: RunService, run: UnfinishedRun, execution: LegacyExecution) 
             return
         change = tx.begin(current, actor=RECONCILER, dedupe_key=f"recover-end:{run.id}")
         error: dict[str, Any] = {"error_code": ended.error_code.value} if ended.error_code else {}
-        if not execution.outcome_reported:
-            error["error_summary"] = OUTCOME_NOT_REPORTED
         finished = execution.finished_at_ms
         payload = {"evidence": execution.evidence, **execution.details,
                    **({} if execution.outcome_reported else {"outcome": OUTCOME_NOT_REPORTED})}

@@ -43,13 +43,14 @@ from bridge.jobs.import_legacy.plan import (
 from bridge.jobs.import_legacy.summary import ImportSummary
 from bridge.service.imports import ImportStore, ImportUnitOfWork
 from bridge.service.ports import Clock, DedupeKeyTakenError, IdempotencyKeyTakenError
+from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.identity import task_revision, task_snapshot
 from legacy_adapters.online_backup import instance_span
 from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyInstance
 from legacy_adapters.scheduler_mode import resolve_scheduler_mode
-from legacy_adapters.schema import InstanceStatus
+from legacy_adapters.schema import InstanceStatus, instance_outcome
 
 T = TypeVar("T")
 
@@ -235,7 +236,9 @@ class _Importer:
                     out.append(Planned(plan, "handed_to_shadow", open_shadow(build, plan, revision, decision),
                                         plan.execution_key, "running", snapshot))
                 else:
-                    change, reached = import_ended(build, plan, revision, ENDED[int(status or 0)])
+                    ended = instance_outcome(InstanceStatus(int(status or 0)),
+                                             exit_code_as_given(plan.instance.exit_code))
+                    change, reached = import_ended(build, plan, revision, ended)
                     out.append(Planned(plan, "imported", change, plan.import_key, reached.value, snapshot))
         return out
 
