@@ -178,6 +178,5 @@ def import_logged(build: Builder, logged: LoggedExecution, key: str, revision: s
         ended = ENDED_WITHOUT_OUTCOME
         payload = {**end, "outcome": OUTCOME_NOT_REPORTED, **_SYNTH}
         change.move_attempt(attempt, ended.attempt, payload=payload, finished_at_ms=finished)
-        reached = change.move_run(ended.run, payload=payload, finished_at_ms=finished, duration_ms=duration,
-                                  error_summary=OUTCOME_NOT_REPORTED)
+        reached = change.move_run(ended.run, payload=payload, finished_at_ms=finished, duration_ms=duration)
     return change.result(), reached
