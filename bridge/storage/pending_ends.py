@@ -3,10 +3,8 @@
 Each call is one short transaction through its own SqlUnitOfWork on the store's engine, so on SQLite it queues
 behind the callback path's writers on the same gate and shares their busy retry.
 
-Two facts of an end have no column of their own in revision 0010, and the bridge adds no revision for them here:
-an end with no exit code (every end before v2.21 without the seam block) is stored with NO_EXIT_CODE, a number 2.x
-never keeps (Joi refuses anything past Number.MAX_SAFE_INTEGER), and an end the shell's trap sent has TRAPPED
-after its dedupe key (which stays one key per end). Both are read back as they were given.
+An end with no exit code (every end before v2.21 without the seam block) keeps NULL, and an end the shell's
+signal trap sent says so in ``trapped`` (revision 0016).
 """
 
 from __future__ import annotations
@@ -24,8 +22,6 @@ from bridge.storage.schema import pending_ends_table
 from bridge.storage.unit_of_work import SqlUnitOfWork, WriteOutcomes
 
 _T = pending_ends_table
-NO_EXIT_CODE = 2**53 + 2  # past every safe JS number, exact as an INTEGER and as a DOUBLE PRECISION
-TRAPPED = "#trapped"
 R = TypeVar("R")
 
 
@@ -40,10 +36,10 @@ class SqlPendingEnds:
 
     def add(self, end: PendingEnd) -> bool:
         facts = end.facts
-        row = {"dedupe_key": end.dedupe_key + (TRAPPED if facts.trapped else ""), "run_id": end.run_id,
+        row = {"dedupe_key": end.dedupe_key, "run_id": end.run_id, "trapped": facts.trapped,
                "run_created_at_ms": end.run_created_at_ms, "legacy_cron_id": facts.cron_id, "pid": facts.pid,
                "log_ref": facts.log_ref, "started_at_ms": facts.started_at_ms, "duration_ms": facts.duration_ms,
-               "exit_code": NO_EXIT_CODE if facts.exit_code is None else facts.exit_code,
+               "exit_code": facts.exit_code,
                "received_at_ms": facts.received_at_ms, "due_at_ms": end.due_at_ms}
         stmt = self._insert(_T).values(**row).on_conflict_do_nothing(index_elements=["dedupe_key"]).returning(_T.c.id)
         return self._write(lambda conn: conn.execute(stmt).first() is not None)  # rowcount is -1 on psycopg here
@@ -84,10 +80,9 @@ def _connection(conn: Connection) -> Connection:
 
 
 def _end(row: dict[str, Any]) -> PendingEnd:
-    exit_code = None if row["exit_code"] == NO_EXIT_CODE else row["exit_code"]
     facts = CallbackFacts(cron_id=row["legacy_cron_id"], pid=row["pid"], log_ref=row["log_ref"],
                           started_at_ms=row["started_at_ms"], duration_ms=row["duration_ms"],
-                          exit_code=exit_code, received_at_ms=row["received_at_ms"],
-                          trapped=str(row["dedupe_key"]).endswith(TRAPPED))
+                          exit_code=row["exit_code"], received_at_ms=row["received_at_ms"],
+                          trapped=bool(row["trapped"]))
     return PendingEnd(facts=facts, run_id=row["run_id"], run_created_at_ms=row["run_created_at_ms"],
                       due_at_ms=row["due_at_ms"], id=row["id"], attempts=row["attempts"])

@@ -455,7 +455,8 @@ pending_ends_table = Table(
     Column("log_ref", String(36)),
     Column("started_at_ms", Ms),
     Column("duration_ms", Ms),
-    Column("exit_code", ExitCode(), nullable=False),
+    Column("exit_code", ExitCode()),  # NULL: the end carried none (before v2.21, revision 0016)
+    Column("trapped", Boolean, nullable=False, server_default="0"),  # the shell's signal trap sent it
     Column("received_at_ms", Ms, nullable=False),
     Column("due_at_ms", Ms, nullable=False),
     Column("attempts", Integer, nullable=False, server_default="0"),  # decisions put off (2.x unreadable)

@@ -14,7 +14,7 @@ from bridge.domain.errors import SchemaMismatchError
 from bridge.domain.model import AttemptStatus, RunStatus
 from bridge.storage.engine import make_engine
 from bridge.storage.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
-from bridge.storage.schema import run_attempts_table, run_events_table, runs_table
+from bridge.storage.schema import pending_ends_table, run_attempts_table, run_events_table, runs_table
 from tests.conftest import Backend
 
 EXPECTED_TABLES = {"runs", "run_attempts", "run_events", "task_snapshots"}
@@ -193,3 +193,42 @@ def test_a_downgrade_past_0015_is_refused_while_anything_is_ended_and_changes_no
     assert (current_revision(engine), _statuses(engine)) == ("0014", ("succeeded", "succeeded"))
     with pytest.raises(IntegrityError):
         _set_status(engine, "ended")
+
+
+def _waiting_end(engine: Engine, **facts: object) -> None:
+    row = {"dedupe_key": "1:legacy-end:x", "run_id": "run-0016", "run_created_at_ms": 1, "legacy_cron_id": 1,
+           "received_at_ms": 1, "due_at_ms": 1, **facts}
+    with engine.begin() as conn:
+        conn.execute(insert(pending_ends_table).values(**row))
+
+
+def test_revision_0016_keeps_a_waiting_end_without_an_exit_code_and_its_trap(sql_backend: Backend) -> None:
+    engine = sql_backend.engine
+    assert engine is not None
+    downgrade(engine, "0015")
+    _waiting_end(engine, exit_code=143)  # an end kept by 0015: still there, with its code, after the upgrade
+    with pytest.raises(IntegrityError):
+        _waiting_end(engine, dedupe_key="1:legacy-end:y", exit_code=None)
+
+    upgrade(engine)
+    _waiting_end(engine, dedupe_key="1:legacy-end:y", exit_code=None, trapped=True)
+    with engine.connect() as conn:
+        rows = conn.execute(select(pending_ends_table.c.exit_code, pending_ends_table.c.trapped)
+                            .order_by(pending_ends_table.c.id)).all()
+    assert [tuple(r) for r in rows] == [(143, False), (None, True)]
+
+
+def test_a_downgrade_past_0016_is_refused_while_an_end_without_its_code_waits_and_changes_nothing(
+        sql_backend: Backend) -> None:
+    engine = sql_backend.engine
+    assert engine is not None
+    _waiting_end(engine, exit_code=None)
+
+    with pytest.raises(RuntimeError, match="refused and nothing was changed"):
+        downgrade(engine, "0015")
+    assert current_revision(engine) == head_revision()
+
+    with engine.begin() as conn:
+        conn.execute(update(pending_ends_table).values(exit_code=130))
+    downgrade(engine, "0015")
+    assert current_revision(engine) == "0015"
