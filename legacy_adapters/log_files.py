@@ -25,6 +25,7 @@ from legacy_adapters.callbacks import log_path_digest
 
 HEAD_BYTES = 4096  # the start line is the first line the shell writes (v2.17: after a failed callback's line)
 TAIL_BYTES = 16384  # the end line, then at most a failed callback's text (a response body) and Node's own lines
+NEWEST_FILES_SEARCHED = 256  # a cron's log folder may hold years of runs: ``find`` digests only the newest names
 NO_LOG = "/dev/null"  # v2.20's log_name /dev/null: nothing is written (shell/task.sh at v2.20.0)
 _MOMENT = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
 _START_LINE = re.compile(rf"^## 开始执行\.\.\. {_MOMENT}", re.MULTILINE)
@@ -129,6 +130,25 @@ class LogDirectory:
         except OSError:
             return None
         return self._read(path, log_path, cron_id)
+
+    def find(self, log_ref: str, row_log_path: str | None) -> str | None:
+        """The log path (relative to data/log) whose digest is ``log_ref``: the one 2.x's Crontabs row holds, else
+        one of the newest files beside it (a newer run of the cron has moved the row on). The bridge keeps only a
+        digest of a log path, so this is how it finds the file again; ``read`` then keeps it inside data/log."""
+        if not row_log_path or row_log_path.startswith("/"):
+            return None  # /dev/null (v2.20's log_name) or a path outside data/log: nothing the bridge reads
+        if log_path_digest(row_log_path) == log_ref:
+            return row_log_path
+        folder, _, _ = row_log_path.rpartition("/")
+        if not folder:
+            return None
+        try:
+            names = sorted((e.name for e in os.scandir(self.root / folder) if e.is_file(follow_symlinks=False)),
+                           reverse=True)
+        except OSError:
+            return None
+        return next((f"{folder}/{name}" for name in names[:NEWEST_FILES_SEARCHED]
+                     if log_path_digest(f"{folder}/{name}") == log_ref), None)
 
     def _read(self, path: Path, log_path: str, cron_id: int | None) -> LoggedExecution | None:
         text = _head_and_tail(path)

@@ -501,9 +501,13 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecor
                if keep_ends else None)
     if release is None and settings.legacy_data_dir is not None:
         release = decide_legacy_release(settings, reader)
-    log_dir = settings.legacy_data_dir / "log" if settings.legacy_data_dir is not None else None
+    logs = None
+    if settings.legacy_data_dir is not None and release is not None:
+        from legacy_adapters.log_files import LogDirectory
+
+        logs = LogDirectory(settings.legacy_data_dir / "log", _legacy_zone(settings), release.stop_marker)
     return StopDecisions(recorder, reader, pending, clock or SystemClock(),
-                         window_ms=settings.stop_decision_window_s * 1000, release=release, log_dir=log_dir)
+                         window_ms=settings.stop_decision_window_s * 1000, release=release, logs=logs)
 
 
 def bookkeeping_prunes(engine: Engine) -> dict[str, Prune]:

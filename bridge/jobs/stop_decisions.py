@@ -41,7 +41,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import islice
-from pathlib import Path
 
 from bridge.domain.events import Actor, ActorType, ErrorCode, is_signal_exit
 from bridge.service.callback_facts import CallbackFacts, Outcome, ShadowResult
@@ -51,11 +50,11 @@ from bridge.service.shadow import ShadowRecorder
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key, speaking_row
+from legacy_adapters.log_files import LogDirectory
 from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.releases import ReleaseProfile
 from legacy_adapters.schema import InstanceStatus
-from legacy_adapters.task_log import ends_with_stop_marker, find_task_log
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects
 
@@ -126,14 +125,13 @@ class StopDecisions:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, pending: PendingEndStore | None,
                  clock: Clock, *, window_ms: int = DEFAULT_WINDOW_S * 1000,
                  monotonic: Callable[[], float] = time.monotonic, release: ReleaseProfile | None = None,
-                 log_dir: Path | None = None) -> None:
-        """``release``: the 2.x release fronted (None: the newest line's rules); ``log_dir``: 2.x's ``data/log``,
-        where a task's log tells of its trap (None: never read)."""
+                 logs: LogDirectory | None = None) -> None:
+        """``release``: the 2.x release fronted (None: the newest line's rules); ``logs``: 2.x's ``data/log``, read
+        with the release's stop marker, where a task's log tells of its trap (None: never read)."""
         self._recorder = recorder
-        self._log_dir = log_dir
         # Before v2.21 no instance row says an execution was stopped: its log's end line does, where the release
         # marks it (docs/legacy-2x.md#stops-and-log-lines-before-v221).
-        self._stop_marker = release.stop_marker if release is not None and log_dir is not None \
+        self._logs = logs if release is not None and release.stop_marker is not None \
             and not release.has_running_instances else None
         self._kills_every_instance = release is None or release.stop_kills_every_instance
         self._reader = reader
@@ -188,7 +186,7 @@ class StopDecisions:
             return True
         if facts.exit_code != 0 and self.stop_in_flight(facts.cron_id):  # failing, or no exit code (before v2.21)
             return True
-        return facts.exit_code is None and self._stop_marker is not None
+        return facts.exit_code is None and self._logs is not None
 
     def relayed_stop(self, cron_id: int, received_at_ms: int) -> list[ShadowResult]:
         """2.x accepted ``PUT /crons/stop`` for this cron, which reached the bridge at ``received_at_ms``.
@@ -265,10 +263,10 @@ class StopDecisions:
 
     def _marked_stopped(self, facts: CallbackFacts, cron: LegacyCron | None) -> bool:
         """Whether the execution's log ends with the release's stop marker (found through the cron's row)."""
-        if self._stop_marker is None or self._log_dir is None or facts.log_ref is None:
+        if self._logs is None or facts.log_ref is None:
             return False
-        path = find_task_log(self._log_dir, facts.log_ref, cron.log_path if cron is not None else None)
-        return path is not None and ends_with_stop_marker(path, self._stop_marker)
+        logged = self._logs.read(self._logs.find(facts.log_ref, cron.log_path if cron is not None else None))
+        return logged is not None and logged.stopped
 
     def _spared_by_stop(self, cron_id: int) -> set[str]:
         """The open Runs of the cron a stop did not kill: on releases that kill only the pid the Crontabs row

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.log_files import HEAD_BYTES, TAIL_BYTES, LogDirectory, name_start_ms, parse_log
 from legacy_adapters.releases import profile_for
 from legacy_adapters.testing.datadir import create_legacy_data_dir
@@ -93,3 +94,42 @@ def test_a_missing_unreadable_or_outside_file_is_no_evidence(tmp_path: Path) -> 
     logged = logs.read("p_2/2024-05-01-08-00-00-000.log", 2)
     assert logged is not None and not logged.start_line and not logged.ended
     assert logged.started_s == name_start_ms("2024-05-01-08-00-00-000.log", SHANGHAI) // 1000  # type: ignore[operator]
+
+
+def _write(log_dir: Path, relative: str, text: str) -> None:
+    path = log_dir / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+FOUND_END = "## 执行结束{}... 2026-01-01 00:00:03  耗时 3 秒　　　　　\n"
+
+
+def test_a_log_is_found_by_its_digest_through_the_row_or_among_its_folders_newest_files(tmp_path: Path) -> None:
+    _write(tmp_path, "job_1/2026-01-01-00-00-00-000.log", "## 开始执行... 2026-01-01 00:00:00\n")
+    _write(tmp_path, "job_1/2026-01-01-00-01-00-000.log", "## 开始执行... 2026-01-01 00:01:00\n")
+    logs = LogDirectory(tmp_path, ZoneInfo("Asia/Shanghai"), "(手动停止)")
+    digest = log_path_digest("job_1/2026-01-01-00-00-00-000.log")
+    assert digest is not None
+    assert logs.find(digest, "job_1/2026-01-01-00-00-00-000.log") == "job_1/2026-01-01-00-00-00-000.log"
+    # the row has moved on to the cron's next run: the old log is found beside the new one
+    assert logs.find(digest, "job_1/2026-01-01-00-01-00-000.log") == "job_1/2026-01-01-00-00-00-000.log"
+    assert logs.find(digest, None) is None and logs.find(digest, "/dev/null") is None
+
+
+def test_a_found_path_leaving_the_log_folder_is_never_read(tmp_path: Path) -> None:
+    _write(tmp_path, "secret/x.log", "## 开始执行... 2026-01-01 00:00:00\n" + FOUND_END.format("(手动停止)"))
+    logs = LogDirectory(tmp_path / "log", ZoneInfo("Asia/Shanghai"), "(手动停止)")
+    digest = log_path_digest("../secret/x.log")
+    assert digest is not None
+    assert logs.read(logs.find(digest, "../secret/x.log")) is None
+
+
+def test_only_the_last_end_line_says_stopped(tmp_path: Path) -> None:
+    _write(tmp_path, "a_1/a.log", "## 开始执行... 2026-01-01 00:00:00\n\nwork\n\n" + FOUND_END.format("(手动停止)"))
+    _write(tmp_path, "a_1/b.log", "## 开始执行... 2026-01-01 00:00:00\n\necho (手动停止)\n\n" + FOUND_END.format(""))
+    logs = LogDirectory(tmp_path, ZoneInfo("Asia/Shanghai"), "(手动停止)")
+    stopped, finished = logs.read("a_1/a.log"), logs.read("a_1/b.log")
+    assert stopped is not None and stopped.stopped
+    assert finished is not None and not finished.stopped
+    assert logs.read("a_1/missing.log") is None
