@@ -20,6 +20,7 @@ from bridge.domain.mismatches import MismatchKind
 GATES = ("completeness", "terminal_status_agreement", "exit_code_agreement", "no_unexplained_duplicates",
          "no_stale_mismatches")
 INSUFFICIENT_DATA = "insufficient_data"
+NOT_REPORTED = "not_reported_by_release"  # the gate's fact is one the release never records
 # The kinds of finding the ratio gates judge again themselves, execution by execution, from 2.x's rows and the
 # Runs: completeness (missing), status and exit-code agreement.
 _JUDGED_AFRESH = frozenset({MismatchKind.MISSING.value, MismatchKind.TERMINAL_STATUS.value,
@@ -110,6 +111,9 @@ class OriginFigures:
     shadow_write_failures: int = 0
     runs_created: int = 0
     legacy_import_excluded: int = 0
+    # False on a release that keeps no exit code (before v2.21): the exit-code gate has nothing to compare, and
+    # says so instead of waiting for pairs that can never come. Not a figure: not in to_dict.
+    legacy_reports_exit_codes: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -167,7 +171,9 @@ def evaluate(figures: OriginFigures, thresholds: GateThresholds, window: Window)
         _ratio_gate("terminal_status_agreement", f.terminal_status_agree, f.terminal_pairs, t.status_agreement,
                     t.min_executions, "terminal pairs", unknown),
         _ratio_gate("exit_code_agreement", f.exit_code_agree, f.exit_code_pairs, t.exit_code_agreement,
-                    t.min_executions, "exit-code pairs", unknown),
+                    t.min_executions, "exit-code pairs", unknown) if f.legacy_reports_exit_codes else
+        GateVerdict("exit_code_agreement", True, None, t.exit_code_agreement, NOT_REPORTED,
+                    "2.x keeps no exit code before v2.21: there is nothing to agree with (docs/releases.md)"),
         _at_most("no_unexplained_duplicates", f.duplicates, t.max_duplicates, "duplicates_found",
                  f"{f.duplicates} open duplicate-execution mismatch(es)"),
         _at_most("no_stale_mismatches", f.stale_mismatches, 0, "stale_mismatches_found",

@@ -73,7 +73,15 @@ def write_cutover_report(settings: Settings, **options: Any) -> tuple[Path, Path
     from legacy_adapters.reader import LegacyReader
 
     release = decide_legacy_release(settings) if settings.legacy_data_dir is not None else None
-    return run_report(settings, partial(_report_store, settings), LegacyReader, release=release, **options)
+    logs = None
+    if release is not None and not release.has_running_instances and settings.legacy_data_dir is not None:
+        from bridge.bootstrap import _legacy_zone
+        from legacy_adapters.log_files import LogDirectory
+
+        # Before v2.21 an execution's record is its task log: the report scans those (docs/releases.md).
+        logs = LogDirectory(settings.legacy_data_dir / "log", _legacy_zone(settings), release.stop_marker)
+    return run_report(settings, partial(_report_store, settings), LegacyReader, release=release, logs=logs,
+                      **options)
 
 
 @contextmanager

@@ -67,6 +67,10 @@ class ReportReads(Protocol):
         Raises ValueError for a batch larger than one lookup takes (MAX_KEYS)."""
         ...
 
+    def runs_by_log_refs(self, refs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], list[ReportedRun]]:
+        """Shadow Runs of these (cron id, log digest) pairs, by pair: how a task log (before v2.21) finds its Run."""
+        ...
+
     def runs_created_by_origin(self, since_ms: int, until_ms: int) -> dict[str | None, int]:
         """Runs created in the window per origin, imported history left out."""
         ...

@@ -67,6 +67,29 @@ class ReportQueries:
                 mode=member(RunMode, row.mode), exit_code=row.exit_code, started_at_ms=row.started_at_ms,
                 finished_at_ms=row.finished_at_ms) for row in conn.execute(stmt)}
 
+    def runs_by_log_refs(self, refs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], list[ReportedRun]]:
+        """Shadow Runs of these (cron, log digest) pairs, with their latest attempt's exit code (ix_runs_cron_pid_log
+        leads with the cron)."""
+        wanted = set(refs)
+        if not wanted:
+            return {}
+        r, a = runs_table, run_attempts_table
+        latest_exit = (select(a.c.exit_code).where(a.c.run_id == r.c.id).order_by(a.c.attempt.desc()).limit(1)
+                       .correlate(r).scalar_subquery())
+        stmt = (select(r.c.idempotency_key.label("key"), r.c.id, r.c.origin, r.c.mode, r.c.status, r.c.legacy_cron_id,
+                       r.c.log_ref, latest_exit.label("exit_code"), r.c.started_at_ms, r.c.finished_at_ms)
+                .where(r.c.project_id == PROJECT_ID, r.c.legacy_cron_id.in_(sorted({c for c, _ in wanted})),
+                       r.c.log_ref.in_(sorted({ref for _, ref in wanted}))))
+        found: dict[tuple[int, str], list[ReportedRun]] = {}
+        with self._read() as conn:
+            for row in conn.execute(stmt):
+                if (row.legacy_cron_id, row.log_ref) in wanted:
+                    found.setdefault((row.legacy_cron_id, row.log_ref), []).append(ReportedRun(
+                        key=row.key, id=row.id, status=RunStatus(row.status), origin=row.origin,
+                        mode=member(RunMode, row.mode), exit_code=row.exit_code, started_at_ms=row.started_at_ms,
+                        finished_at_ms=row.finished_at_ms))
+        return found
+
     def runs_created_by_origin(self, since_ms: int, until_ms: int) -> dict[str | None, int]:
         """Runs created in the window per origin, legacy imports left out."""
         r = runs_table

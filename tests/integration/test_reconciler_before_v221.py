@@ -187,3 +187,37 @@ def test_a_queued_cron_reads_as_queued_before_v221(world: World) -> None:
     assert cron is not None
     assert crontab_state(cron.status, profile_for(world.release, "test").queued_status) == "queued"
     assert cron_from_row({"id": 1, "status": 0.5}).status == 0.5
+
+
+def test_the_cutover_report_counts_the_task_logs_as_2xs_executions_and_forms_no_exit_code_pair(world: World) -> None:
+    from bridge.bootstrap.commands import report_sources
+    from bridge.jobs.report.build import build_report
+
+    recorded, around = world.cron("recorded"), world.cron("around")
+    log_path, begin = world.shell(recorded, "recorded")
+    logged = world.logs().read(log_path, recorded)
+    assert logged is not None
+    world.started(recorded, 4700, log_path, begin)
+    world.ended(recorded, 4700, log_path, begin, logged.duration_s or 1)
+    world.shell(around, "around")  # an execution that bypassed the bridge: a log, no Run
+    now_ms = int(time.time() * 1000)
+    assert world.bridge.engine is not None
+
+    report = build_report(world.settings, report_sources(world.bridge.engine),
+                          LegacyReader(world.data.database_path), since_ms=now_ms - 3_600_000, until_ms=now_ms,
+                          release=profile_for(world.release, "test"), logs=world.logs())
+
+    figures = {o["origin"]: o for o in report["origins"] if o["figures"]["executions_observed"]}
+    observed = sum(o["figures"]["executions_observed"] for o in figures.values())
+    with_run = sum(o["figures"]["with_shadow_run"] for o in figures.values())
+    pairs = sum(o["figures"]["terminal_pairs"] for o in figures.values())
+    agree = sum(o["figures"]["terminal_status_agree"] for o in figures.values())
+    unknown = sum(o["figures"]["ended_without_outcome"] for o in figures.values())
+    if profile_for(world.release, "test").stop_marker is not None:  # the log says not stopped; so does the Run
+        assert (observed, with_run, pairs, agree, unknown) == (2, 1, 1, 1, 0)
+    else:  # v2.17's log cannot say stopped or not, and the Run has no outcome: unknown against unknown
+        assert (observed, with_run, pairs, agree, unknown) == (2, 1, 0, 0, 1)
+    assert all(o["figures"]["exit_code_pairs"] == 0 for o in figures.values())
+    gates = {g["gate"]: g for o in figures.values() for g in o["gates"]}
+    assert gates["exit_code_agreement"]["reason"] == "not_reported_by_release"
+    assert report["legacy_release"]["name"] == world.release

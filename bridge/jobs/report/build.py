@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.config import Settings, local_zone_name
 from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import Origin
+from bridge.jobs.report.log_scan import LogScan
 from bridge.jobs.report.scan import BATCH_SIZE, UNKNOWN, Pending, ProgressCallback, Scan, Tally, count_callback
 from bridge.service.reports import ReportReads, ReportSources
 from legacy_adapters.reader import LegacyReader
@@ -18,6 +19,7 @@ from projections.gates import GateThresholds, OriginFigures, Window
 from projections.report import assemble, example, origin_entry, timeline, unobservable_entry
 
 if TYPE_CHECKING:
+    from legacy_adapters.log_files import LogDirectory
     from legacy_adapters.releases import ReleaseProfile
 
 EXAMPLES_PER_KIND, MAX_EXAMPLES = 3, 20
@@ -29,15 +31,21 @@ ORIGIN_ORDER = (*(o.value for o in Origin), UNKNOWN)
 def build_report(settings: Settings, sources: ReportSources, reader: LegacyReader, *, since_ms: int, until_ms: int,
                  origins: Sequence[str] | None = None, thresholds: GateThresholds | None = None,
                  now_ms: int | None = None, progress: ProgressCallback | None = None,
-                 batch_size: int = BATCH_SIZE, release: ReleaseProfile | None = None) -> dict[str, Any]:
+                 batch_size: int = BATCH_SIZE, release: ReleaseProfile | None = None,
+                 logs: LogDirectory | None = None) -> dict[str, Any]:
     """The cutover-report document for ``origins`` (None: all) over [since_ms, until_ms]; ``release``: the 2.x
-    release bootstrap decided, named in the header."""
+    release bootstrap decided, named in the header; ``logs``: 2.x's task logs, which are its executions' record
+    where the release keeps no ``RunningInstances`` (then scanned instead of them)."""
     thresholds = thresholds or GateThresholds()
     window = Window(since_ms, until_ms, settings.legacy_tz or local_zone_name())  # 2.x's zone, for its schedules too
     queries = sources.reads
     tally, notes = Tally(), list[str]()
     pending = _load_unattributed(queries, window, notes)
-    scan = Scan(reader, queries, tally, pending, settings, window, batch_size)
+    scan: Scan | LogScan
+    if release is not None and not release.has_running_instances and logs is not None:
+        scan = LogScan(logs, reader, queries, tally, settings, window, release, batch_size)
+    else:
+        scan = Scan(reader, queries, tally, pending, settings, window, batch_size)
     scan.run(progress)
     notes += scan.notes
     _attribute_leftovers(pending, tally)

@@ -25,6 +25,7 @@ from projections.report import to_json
 from projections.report_html import render_html
 
 if TYPE_CHECKING:
+    from legacy_adapters.log_files import LogDirectory
     from legacy_adapters.releases import ReleaseProfile
 
 DEFAULT_WINDOW_MS = 7 * 86_400_000
@@ -101,9 +102,10 @@ def run_report(settings: Settings, open_sources: Callable[[], AbstractContextMan
                open_reader: Callable[[Path], LegacyReader], *, since: str | None = None, origin: str | None = None,
                out_dir: Path | None = None, console: Console | None = None,
                environ: Mapping[str, str] | None = None,
-               release: ReleaseProfile | None = None) -> tuple[Path, Path]:
+               release: ReleaseProfile | None = None, logs: LogDirectory | None = None) -> tuple[Path, Path]:
     """Build, store and write a report; ``open_sources`` opens the bridge store's side once the arguments are
-    checked, ``open_reader`` 2.x's database; ``release`` (bootstrap's decision) is named in its header. Raises
+    checked, ``open_reader`` 2.x's database; ``release`` (bootstrap's decision) is named in its header, and
+    ``logs`` (2.x's task logs) are scanned instead of its instance rows on a release without them. Raises
     LegacyDataDirNotConfiguredError, ConfigError, LegacyDatabaseError or a StorageError."""
     if settings.legacy_database_path is None:
         raise LegacyDataDirNotConfiguredError()
@@ -122,18 +124,18 @@ def run_report(settings: Settings, open_sources: Callable[[], AbstractContextMan
     console = console or Console(stderr=True)
     with open_sources() as sources:  # 2.x's database gone or locked mid-scan: the reader's LegacyDatabaseError
         report = _build_with_progress(settings, sources, reader, since_ms, now, origin, thresholds, console,
-                                      release)
+                                      release, logs)
         sources.archive.save_report(to_json(report), (since_ms, now), created_at_ms=now)
     return write_report(report, out_dir)
 
 
 def _build_with_progress(settings: Settings, sources: ReportSources, reader: LegacyReader, since_ms: int, now: int,
                          origin: str | None, thresholds: GateThresholds, console: Console,
-                         release: ReleaseProfile | None) -> dict[str, Any]:
+                         release: ReleaseProfile | None, logs: LogDirectory | None) -> dict[str, Any]:
     with Progress(TextColumn("scanning 2.x instances"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("scan", total=None)
         return build_report(settings, sources, reader, since_ms=since_ms, until_ms=now,
                             origins=None if origin is None else [origin], thresholds=thresholds, now_ms=now,
                             progress=lambda done, total: bar.update(task, completed=done, total=total),
-                            release=release)
+                            release=release, logs=logs)

@@ -41,19 +41,24 @@ class Tally:
     def __init__(self) -> None:
         self.figures: dict[str, OriginFigures] = {}
         self.cron_origins: dict[int, set[str]] = {}
+        self.exit_codes_reported = True  # False: the release keeps none, so the exit-code gate has nothing to judge
 
     def fig(self, origin: str | None) -> OriginFigures:
         name = origin or UNKNOWN
         if name not in self.figures:
-            self.figures[name] = OriginFigures(name)
+            self.figures[name] = OriginFigures(name, legacy_reports_exit_codes=self.exit_codes_reported)
         return self.figures[name]
 
-    def count(self, instance: LegacyInstance, run: ReportedRun | None, origin: str) -> None:
+    def observe(self, origin: str, cron_id: int | None) -> OriginFigures:
+        """One of 2.x's executions seen under ``origin``: its figures, with the execution counted."""
         f = self.fig(origin)
         f.executions_observed += 1
-        if instance.cron_id is not None and (instance.cron_id in self.cron_origins
-                                             or len(self.cron_origins) < CRON_TRACK_CAP):
-            self.cron_origins.setdefault(instance.cron_id, set()).add(origin)
+        if cron_id is not None and (cron_id in self.cron_origins or len(self.cron_origins) < CRON_TRACK_CAP):
+            self.cron_origins.setdefault(cron_id, set()).add(origin)
+        return f
+
+    def count(self, instance: LegacyInstance, run: ReportedRun | None, origin: str) -> None:
+        f = self.observe(origin, instance.cron_id)
         if run is None:
             return
         f.with_shadow_run += 1
