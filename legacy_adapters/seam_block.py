@@ -38,6 +38,11 @@ BEGIN = "# >>> ql-bridge seam"
 END = "# <<< ql-bridge seam"
 CONNECT_TIMEOUT_S = 1  # how long a callback waits to reach the bridge before it goes to 2.x itself
 FAILOVER_EXITS = (7, 28)  # curl: could not connect; the connect timeout ran out
+# curl: the connection was taken but no answer came (an empty reply; a reset). A proxy in front of a bridge that is
+# down answers so; so does a bridge killed after it may have forwarded the call. An end is sent to 2.x again then
+# (a second end changes nothing 2.x keeps: the row is idle already, no instance is left running with that pid), and
+# a start too where 2.x keeps no instance rows (before v2.21 a second start writes the same Crontabs values again).
+UNANSWERED_EXITS = (52, 56)
 # The names the block defines, for the checks that ask bash what a task shell ends up with.
 CALLBACK_URL_FUNCTION = "ql_bridge_callback_url"
 _INSTALLED_AT = re.compile(r"installed (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)")
@@ -55,7 +60,8 @@ class SeamBlockError(ValueError):
 _BODY = r"""# Every 2.x status callback (curl PUT .../open/crons/status) goes to ql-bridge on 127.0.0.1:@PORT@ first,
 # with the script's exit status and the signal trap beside it as X-QL-Bridge-* headers (the bridge never
 # forwards them). When ql-bridge cannot be reached (curl exit 7 or 28, connect timeout @TIMEOUT@ s), the same
-# call goes to 2.x unchanged. Every other curl call passes through untouched. See ql-bridge's docs/seam.md.
+# call goes to 2.x unchanged; so does an end (@UNANSWERED@) that got no answer at all (curl exit 52 or 56).
+# Every other curl call passes through untouched. See ql-bridge's docs/seam.md.
 # shellcheck disable=SC2128,SC2329,SC3028,SC3043,SC3044,SC3054
 if [ -n "${BASH_VERSION-}" ]; then
   ql_bridge_callback_url() {  # sets ql_bridge_url to the bridge's URL for a 2.x status callback URL, else fails
@@ -84,14 +90,19 @@ if [ -n "${BASH_VERSION-}" ]; then
     command curl --connect-timeout @TIMEOUT@ "$@"
   }
   curl() {
-    local ql_bridge_arg ql_bridge_url='' ql_bridge_from='' ql_bridge_limited='' ql_bridge_rc=0
+    local ql_bridge_arg ql_bridge_url='' ql_bridge_from='' ql_bridge_limited='' ql_bridge_rc=0 ql_bridge_again=@RESEND@
     for ql_bridge_arg in "$@"; do
-      case $ql_bridge_arg in -m|--max-time) ql_bridge_limited=1 ;; esac
+      case $ql_bridge_arg in -m|--max-time) ql_bridge_limited=1 ;; *'"status":"1"'*) ql_bridge_again=1 ;; esac
       if [ -z "$ql_bridge_from" ] && ql_bridge_callback_url "$ql_bridge_arg"; then ql_bridge_from=$ql_bridge_arg; fi
     done
     if [ -z "$ql_bridge_from" ]; then command curl "$@"; return; fi
     ql_bridge_send "$ql_bridge_from" "$ql_bridge_url" "$@" || ql_bridge_rc=$?
-    case $ql_bridge_rc in 7) ;; 28) [ -z "$ql_bridge_limited" ] || return 28 ;; *) return "$ql_bridge_rc" ;; esac
+    case $ql_bridge_rc in
+      7) ;;
+      28) [ -z "$ql_bridge_limited" ] || return 28 ;;
+      52|56) [ "$ql_bridge_again" = 1 ] || return "$ql_bridge_rc" ;;
+      *) return "$ql_bridge_rc" ;;
+    esac
     command curl "$@"  # ql-bridge was not reached: 2.x gets its own call
   }
   ql_bridge_keep() {  # ql_bridge_keep NAME COPY: NAME's function, also as COPY; fails if there is none, or a COPY
@@ -131,10 +142,15 @@ class Block:
     sets_qlport: bool = False  # the earlier kind of block, which exported QlPort (install replaces it)
 
 
-def render_block(port: int, installed_at: datetime) -> str:
-    """The block that sends 2.x's status callbacks to the bridge on ``port``, ending with a newline."""
+def render_block(port: int, installed_at: datetime, *, resend_unanswered_starts: bool = False) -> str:
+    """The block that sends 2.x's status callbacks to the bridge on ``port``, ending with a newline.
+
+    ``resend_unanswered_starts``: a start that got no answer goes to 2.x too (UNANSWERED_EXITS), for releases
+    where a second start changes nothing 2.x keeps (``not ReleaseProfile.has_running_instances``)."""
     stamp = installed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    body = _BODY.replace("@PORT@", str(port)).replace("@TIMEOUT@", str(CONNECT_TIMEOUT_S))
+    body = (_BODY.replace("@PORT@", str(port)).replace("@TIMEOUT@", str(CONNECT_TIMEOUT_S))
+            .replace("@RESEND@", "1" if resend_unanswered_starts else "0")
+            .replace("@UNANSWERED@", "or a start" if resend_unanswered_starts else "but never a start"))
     return (f"{BEGIN}: installed {stamp} by `ql-bridge seam install`; `ql-bridge seam remove` takes it out >>>\n"
             f"{body}{END} <<<\n")
 

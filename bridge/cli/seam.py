@@ -106,7 +106,8 @@ def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez,
     if len(blocks) == 1 and blocks[0].port == port and not blocks[0].sets_qlport:
         return Change(config, config.text)  # already there: installing again changes nothing
     _require_replaceable(config, "install")
-    return Change(config, with_block(config.text, render_block(port, now)))
+    block = render_block(port, now, resend_unanswered_starts=not release.has_running_instances)
+    return Change(config, with_block(config.text, block))
 
 
 def plan_remove(settings: Settings) -> Change:

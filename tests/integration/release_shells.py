@@ -54,12 +54,15 @@ class Recorder:
     """An HTTP listener that records every request (raw body bytes, headers in order) and answers as 2.x does.
 
     ``hang_s``: accept and read the first request, then wait that long and close without answering (a hung
-    bridge); later requests are answered.
+    bridge); later requests are answered. ``unanswered``: close every connection without an answer (a proxy in
+    front of a bridge that is down).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, hang_s: float | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, hang_s: float | None = None,
+                 unanswered: bool = False) -> None:
         self.requests: list[Request] = []
         self.hang_s = hang_s
+        self.unanswered = unanswered
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,8 +72,8 @@ class Recorder:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 recorder.requests.append(Request(self.command, self.path, list(self.headers.items()), body))
-                if recorder.hang_s is not None and len(recorder.requests) == 1:
-                    time.sleep(recorder.hang_s)
+                if recorder.unanswered or (recorder.hang_s is not None and len(recorder.requests) == 1):
+                    time.sleep(recorder.hang_s or 0)
                     self.close_connection = True
                     return
                 self.send_response(200)
@@ -107,8 +110,9 @@ class Recorder:
 
 
 @contextmanager
-def recording(host: str = "127.0.0.1", port: int = 0, hang_s: float | None = None) -> Iterator[Recorder]:
-    recorder = Recorder(host, port, hang_s)
+def recording(host: str = "127.0.0.1", port: int = 0, hang_s: float | None = None,
+              unanswered: bool = False) -> Iterator[Recorder]:
+    recorder = Recorder(host, port, hang_s, unanswered)
     try:
         yield recorder
     finally:
@@ -177,7 +181,8 @@ class Sandbox:
 
     def install_block(self, bridge_port: int) -> None:
         text = self.config_sh.read_text()
-        self.config_sh.write_text(text + render_block(bridge_port, datetime.now(UTC)))
+        self.config_sh.write_text(text + render_block(
+            bridge_port, datetime.now(UTC), resend_unanswered_starts=not self.profile.has_running_instances))
 
     def remove_block(self) -> None:
         from legacy_adapters.seam_block import without_block
