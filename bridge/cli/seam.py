@@ -103,11 +103,16 @@ def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez,
                                f"would send the callbacks (BRIDGE_LISTEN): {why}; start `ql-bridge serve` first; "
                                "nothing was changed")
     blocks = find_blocks(config.text)
-    if len(blocks) == 1 and blocks[0].port == port and not blocks[0].sets_qlport:
-        return Change(config, config.text)  # already there: installing again changes nothing
-    _require_replaceable(config, "install")
     block = render_block(port, now, resend_unanswered_starts=not release.has_running_instances)
+    if len(blocks) == 1 and _after_first_line(config.text[blocks[0].start:blocks[0].end]) == _after_first_line(block):
+        return Change(config, config.text)  # already there, word for word: installing again changes nothing
+    _require_replaceable(config, "install")
     return Change(config, with_block(config.text, block))
+
+
+def _after_first_line(block: str) -> str:
+    """A block without its first line, which only stamps when it was installed."""
+    return block.split("\n", 1)[1] if "\n" in block else ""
 
 
 def plan_remove(settings: Settings) -> Change:

@@ -82,6 +82,20 @@ def test_installing_twice_leaves_one_block_and_changes_nothing_the_second_time(c
     assert files(config.parent) == after_first and len(find_blocks(config.read_text(errors="surrogateescape"))) == 1
 
 
+def test_installing_again_brings_a_block_of_another_text_up_to_date(cli: Cli, config: Path, bridge: int) -> None:
+    assert cli("seam", "install").returncode == 0
+    installed = config.read_bytes()
+    config.write_bytes(installed.replace(b"ql_bridge_again=", b"ql_bridge_again=9"))  # a block another build wrote
+
+    again = cli("seam", "install")
+
+    assert again.returncode == 0 and "ql-bridge block installed" in again.stdout
+    text, before = config.read_text(errors="surrogateescape"), installed.decode(errors="surrogateescape")
+    (now,), (first,) = find_blocks(text), find_blocks(before)
+    assert "ql_bridge_again=9" not in text  # the same block as the first install wrote, bar its time stamp
+    assert text[now.start:now.end].split("\n", 1)[1] == before[first.start:first.end].split("\n", 1)[1]
+
+
 def test_dry_run_prints_the_diff_and_changes_nothing(cli: Cli, config: Path, bridge: int) -> None:
     config.write_text("## user settings\nexport TZ=Asia/Shanghai\n")  # the diff is printed as the file's bytes
     before = files(config.parent)
