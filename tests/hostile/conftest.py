@@ -47,7 +47,9 @@ class Site:
         return self._pid_counter[0]
 
     def callback(self, client: httpx.Client, status: int, pid: int, begin_s: int) -> httpx.Response:
-        body = render_status_body(self.cron, status, pid, f"hostile_{pid}.log", begin_s)
+        # As v2.21's task shell sends them: the end with its duration and the script's exit code (0).
+        end = (1, 0) if status == 1 else ()
+        body = render_status_body(self.cron, status, pid, f"hostile_{pid}.log", begin_s, *end)
         return client.put("/open/crons/status?t=1", content=body, headers=self.headers())
 
     def log(self) -> str:
