@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from itertools import islice
@@ -105,6 +106,22 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     started = time.monotonic()
+    with opened_import(settings, open_reader, open_store) as (reader, store):
+        pacing = Pacing(batch_size, write_budget_ms / 1000) if store.single_writer else None
+        uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
+                                  busy_attempts=IMPORT_BUSY_ATTEMPTS)
+        summary = _Importer(settings, uow, reader, batch_size, clock, pacing).run(
+            console or Console(stderr=True), resume, after_batch)
+    summary.elapsed_s = time.monotonic() - started
+    return summary
+
+
+@contextmanager
+def opened_import(settings: Settings, open_reader: Callable[[Path], LegacyReader],
+                  open_store: Callable[[], OpenedStore]) -> Iterator[tuple[LegacyReader, OpenedStore]]:
+    """What every import reads from and writes to: a private copy of 2.x's database (never 2.x's own file), read
+    through ``open_reader``, and the bridge store at the code's revision; both let go of afterwards. Raises
+    ImportRefusedError without BRIDGE_LEGACY_DATA_DIR, and as the copy, the reader and the store raise."""
     source = settings.legacy_database_path
     if source is None:
         raise ImportRefusedError("BRIDGE_LEGACY_DATA_DIR is not set: nothing to import (the import reads "
@@ -117,17 +134,11 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
         reader = checked_reader(source, copy, open_reader)
         store = open_store()
         _require_current_schema(store)
-        pacing = Pacing(batch_size, write_budget_ms / 1000) if store.single_writer else None
-        uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
-                                  busy_attempts=IMPORT_BUSY_ATTEMPTS)
-        summary = _Importer(settings, uow, reader, batch_size, clock, pacing).run(
-            console or Console(stderr=True), resume, after_batch)
+        yield reader, store
     finally:
         if store is not None:
             store.close()
         remove_copy(copy)
-    summary.elapsed_s = time.monotonic() - started
-    return summary
 
 
 def _require_current_schema(store: OpenedStore) -> None:

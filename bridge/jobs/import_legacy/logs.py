@@ -41,20 +41,13 @@ from bridge.domain.model import (
     new_legacy_run,
 )
 from bridge.jobs.evidence import ENDED_WITHOUT_OUTCOME, OUTCOME_NOT_REPORTED
-from bridge.jobs.import_legacy.backup import (
-    ImportRefusedError,
-    checked_reader,
-    private_copy,
-    remove_copy,
-    temp_copy_path,
-)
 from bridge.jobs.import_legacy.job import (
     DEFAULT_BATCH_SIZE,
     IMPORT_BUSY_ATTEMPTS,
     IMPORT_BUSY_BUDGET_MS,
     OpenedStore,
     _chunks,
-    _require_current_schema,
+    opened_import,
 )
 from bridge.jobs.import_legacy.plan import DELETED_CRON_REVISION, IMPORT_EVIDENCE, Builder
 from bridge.jobs.import_legacy.summary import ImportSummary
@@ -77,17 +70,7 @@ def run_log_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     started = time.monotonic()
-    source = settings.legacy_database_path
-    if source is None:
-        raise ImportRefusedError("BRIDGE_LEGACY_DATA_DIR is not set: nothing to import", reason="not_configured")
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    copy = temp_copy_path(settings.data_dir)
-    store = None
-    try:
-        private_copy(source, copy)
-        reader = checked_reader(source, copy, open_reader)
-        store = open_store()
-        _require_current_schema(store)
+    with opened_import(settings, open_reader, open_store) as (reader, store):
         uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
                                   busy_attempts=IMPORT_BUSY_ATTEMPTS)
         crons = {cron.id: cron for cron in reader.iter_crons()}
@@ -101,10 +84,6 @@ def run_log_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
             summary.unfinished_logs += counts["unfinished_logs"]
             summary.total += len(batch)
             summary.batches += 1
-    finally:
-        if store is not None:
-            store.close()
-        remove_copy(copy)
     summary.elapsed_s = time.monotonic() - started
     if console is not None:
         console.print(f"imported {summary.imported} of {summary.scanned} task logs")
