@@ -23,7 +23,6 @@ COPY migrations ./migrations
 RUN python -m venv /opt/ql-bridge \
     && /opt/ql-bridge/bin/pip install --no-cache-dir --disable-pip-version-check /src
 
-
 FROM python:3.11-slim-bookworm
 
 LABEL org.opencontainers.image.title="ql-bridge" \
@@ -34,15 +33,6 @@ RUN groupadd --system --gid 10001 ql-bridge \
     && useradd --system --uid 10001 --gid ql-bridge --home-dir /var/lib/ql-bridge --no-create-home \
        --shell /usr/sbin/nologin ql-bridge \
     && install -d -o ql-bridge -g ql-bridge -m 0750 /var/lib/ql-bridge
-
-# curl, because `ql-bridge seam` and `ql-bridge doctor` work out the port 2.x's task shells call by running
-# bash over 2.x's config.sh, whose ql-bridge block probes the bridge with curl as 2.x's own image does; without
-# it the block would always fall back here and the seam would look absent. Nothing else in the image uses it.
-# Not pinned: bookworm's curl only moves with its security updates.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends curl \
-    && rm -rf /var/lib/apt/lists/*
 
 COPY --from=build /opt/ql-bridge /opt/ql-bridge
 COPY --chmod=0755 docker/entrypoint.sh /usr/local/bin/ql-bridge-entrypoint
