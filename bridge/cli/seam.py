@@ -111,8 +111,9 @@ def plan_install(settings: Settings, now: datetime, probe: Probe = probe_livez,
 
 
 def _after_first_line(block: str) -> str:
-    """A block without its first line, which only stamps when it was installed."""
-    return block.split("\n", 1)[1] if "\n" in block else ""
+    """A block without its first line, which only stamps when it was installed, and without the final newline,
+    which a config.sh that did not end in one does not give it (with_block)."""
+    return block.split("\n", 1)[1].removesuffix("\n") if "\n" in block else ""
 
 
 def plan_remove(settings: Settings) -> Change:
