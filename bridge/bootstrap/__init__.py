@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 import httpx
 from sqlalchemy import Engine
 
-from bridge.bootstrap.release import decide_legacy_release
-from bridge.config import ConfigError, Settings, local_zone_name
+from bridge.bootstrap.release import build_execution_evidence, decide_legacy_release, legacy_zone, task_logs
+from bridge.config import ConfigError, Settings
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
 from bridge.service.flags import CachedModes, FlagService
@@ -31,7 +29,6 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
 
     from bridge.callbacks.interception import ShadowInterceptor
     from bridge.callbacks.keeper import FactKeeper
-    from bridge.jobs.evidence import ExecutionEvidence
     from bridge.jobs.housekeeping import Prune
     from bridge.jobs.project import ProjectorThread
     from bridge.jobs.reconcile import Reconciler
@@ -371,21 +368,6 @@ def _recover(settings: Settings, store: Store, reader: LegacyReader, metrics: Br
                               evidence=build_execution_evidence(settings, reader, release))
 
 
-def build_execution_evidence(settings: Settings, reader: LegacyReader,
-                             release: ReleaseProfile | None = None) -> ExecutionEvidence:
-    """What reconcile and recovery judge 2.x's executions by: ``RunningInstances`` rows where the release has
-    them, else its Crontabs rows and log files (docs/reconciliation.md#releases-before-v221). The one choice,
-    made from ``release`` (decided from ``settings`` and ``reader`` when not given)."""
-    from bridge.jobs.evidence import choose_evidence
-    from legacy_adapters.log_files import LogDirectory
-
-    profile = release or decide_legacy_release(settings, reader)
-    log_root = (settings.legacy_data_dir or Path(".")) / "log"
-    return choose_evidence(profile.has_running_instances, reader,
-                           lambda: LogDirectory(log_root, _legacy_zone(settings), profile.stop_marker),
-                           profile.queued_status)
-
-
 def reconcile_job(settings: Settings, reconciler: Reconciler, store: Store, metrics: BridgeMetrics,
                   keeper: FactKeeper, *, recovery_deferred: bool,
                   release: ReleaseProfile | None = None) -> Callable[[], object]:
@@ -427,7 +409,7 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
     return Reconciler(
         reconcile_store or SqlReconcileStore(store.engine), store.runs, reader,
         modes, metrics, SystemClock(), recorder=ShadowRecorder(store.runs), pending_ends=SqlPendingEnds(store.engine),
-        scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler), tz=_legacy_zone(settings),
+        scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler), tz=legacy_zone(settings),
         enabled_since=flags.enabled_since if flags is not None else lambda origin: 0,
         settings=ReconcileSettings(tolerance_s=settings.reconcile_tolerance_s, grace_s=settings.reconcile_grace_s,
                                    lookback_s=settings.reconcile_lookback_s),
@@ -457,10 +439,6 @@ def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> Legacy
     return reader
 
 
-def _legacy_zone(settings: Settings) -> ZoneInfo:
-    return ZoneInfo(settings.legacy_tz or local_zone_name())
-
-
 def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource, *,
                         reader: LegacyReader | None = None, auth: LegacyTokenAuthority | None = None,
                         on_primary_commit: Callable[[], None] = lambda: None, keep_ends: bool = True,
@@ -483,7 +461,7 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
         recorder, reader, modes, metrics, clock,
         budget_ms=settings.shadow_budget_ms, primary_budget_ms=settings.primary_budget_ms,
         scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler),
-        tz=_legacy_zone(settings), auth=auth or build_token_authority(settings), on_primary_commit=on_primary_commit,
+        tz=legacy_zone(settings), auth=auth or build_token_authority(settings), on_primary_commit=on_primary_commit,
         read_ahead=store_capabilities(store.engine).reads_are_round_trips, stops=stops, keeper=keeper)
     return CallbackPath(recorder, stops, interceptor)
 
@@ -501,11 +479,7 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecor
                if keep_ends else None)
     if release is None and settings.legacy_data_dir is not None:
         release = decide_legacy_release(settings, reader)
-    logs = None
-    if settings.legacy_data_dir is not None and release is not None:
-        from legacy_adapters.log_files import LogDirectory
-
-        logs = LogDirectory(settings.legacy_data_dir / "log", _legacy_zone(settings), release.stop_marker)
+    logs = task_logs(settings, release) if settings.legacy_data_dir is not None and release is not None else None
     return StopDecisions(recorder, reader, pending, clock or SystemClock(),
                          window_ms=settings.stop_decision_window_s * 1000, release=release, logs=logs)
 

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
-from bridge.config import ConfigError, Settings
+from bridge.config import ConfigError, Settings, local_zone_name
 
 if TYPE_CHECKING:
+    from bridge.jobs.evidence import ExecutionEvidence
+    from legacy_adapters.log_files import LogDirectory
     from legacy_adapters.reader import LegacyReader
     from legacy_adapters.releases import ReleaseProfile
 
@@ -51,3 +55,27 @@ def _schema(settings: Settings, reader: LegacyReader | None) -> tuple[frozenset[
     if not columns:
         return None  # 2.x has not created its tables yet: the schema says nothing
     return tables, columns, (settings.legacy_data_dir / "db" / "keyv.sqlite").exists()
+
+
+def legacy_zone(settings: Settings) -> ZoneInfo:
+    """The zone 2.x names its logs and runs its schedules in."""
+    return ZoneInfo(settings.legacy_tz or local_zone_name())
+
+
+def task_logs(settings: Settings, release: ReleaseProfile) -> LogDirectory:
+    """2.x's ``data/log``, read in its zone with the release's stop marker (legacy_adapters/log_files.py)."""
+    from legacy_adapters.log_files import LogDirectory
+
+    return LogDirectory((settings.legacy_data_dir or Path(".")) / "log", legacy_zone(settings), release.stop_marker)
+
+
+def build_execution_evidence(settings: Settings, reader: LegacyReader,
+                             release: ReleaseProfile | None = None) -> ExecutionEvidence:
+    """What reconcile and recovery judge 2.x's executions by: ``RunningInstances`` rows where the release has
+    them, else its Crontabs rows and log files (docs/reconciliation.md#releases-before-v221). The one choice,
+    made from ``release`` (decided from ``settings`` and ``reader`` when not given)."""
+    from bridge.jobs.evidence import choose_evidence
+
+    profile = release or decide_legacy_release(settings, reader)
+    return choose_evidence(profile.has_running_instances, reader, lambda: task_logs(settings, profile),
+                           profile.queued_status)

@@ -482,10 +482,8 @@ def _begin_seconds(callback: StatusCallback) -> int | None:
 
 def _facts(callback: StatusCallback, cron_id: int, received_at_ms: int, shell: ShellReport = NOTHING, *,
            keep_log_path: bool = False) -> CallbackFacts:
-    """Seconds become milliseconds here, through the one conversion module, never by hand.
-
-    An end's exit code is 2.x's when its body carries one (v2.21), else the seam block's (``shell``), else none:
-    never invented (docs/releases.md#what-the-seam-block-adds)."""
+    """Seconds become milliseconds here, through the one conversion module, never by hand. An end's exit code is
+    2.x's (v2.21), else the seam block's, else none (docs/releases.md#what-the-seam-block-adds)."""
     started = (epoch_seconds_to_ms(callback.last_execution_time, field="last_execution_time")
                if callback.last_execution_time is not None else None)
     duration = None
