@@ -118,6 +118,11 @@ class LogDirectory:
         self._tz = tz
         self._stop_marker = stop_marker
 
+    @property
+    def marks_stops(self) -> bool:
+        """Whether the release's trap leaves a stop marker on a stopped execution's end line."""
+        return self._stop_marker is not None
+
     def read(self, log_path: str | None, cron_id: int | None = None) -> LoggedExecution | None:
         """The execution the file at ``log_path`` (relative to data/log) describes; None when there is no such
         file under data/log (never written, /dev/null, removed by ``ql rmlog``) or it cannot be read."""

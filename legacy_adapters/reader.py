@@ -50,7 +50,8 @@ _STATES = frozenset(state.value for state in DatabaseState)
 
 
 class LegacyReader:
-    """Reads 2.x tables by column name over read-only connections.
+    """Reads 2.x tables by column name over read-only connections: v2.21's reader (legacy_adapters/ports.py's
+    LegacyRecords; the older lines' is legacy_adapters/release_readers.py's, built on this one).
 
     By default each read opens and closes its own connection. A long-running reader (``bridge serve``,
     which reads a Crontabs row before forwarding every start callback) keeps up to ``keep_connections``
@@ -224,6 +225,10 @@ class LegacyReader:
         if select is None:
             return []
         return [instance_from_row(dict(row)) for row in self._fetch(f"{select} ORDER BY id DESC LIMIT ?", (limit,))]
+
+    def begun_logs(self, limit: int) -> list[tuple[str | None, float | None]]:
+        """The newest instances' (log_path, started_at): v2.21 stamps both on the row it inserts at the start."""
+        return [(i.log_path, i.started_at) for i in self.recent_instances(limit)]
 
     def instances_inserted_near(self, cron_id: int, pid: int | None, at_ms: int, *,
                                 lookback_s: int = INSTANCE_LOOKBACK_S,

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from sqlalchemy import Engine
 
-from bridge.bootstrap.release import build_execution_evidence, decide_legacy_release, legacy_zone, task_logs
+from bridge.bootstrap.release import (
+    build_execution_evidence,
+    decide_legacy_release,
+    legacy_zone,
+    open_records,
+    task_logs,
+)
 from bridge.config import ConfigError, Settings
 from bridge.metrics import BridgeMetrics
 from bridge.service.clock import SystemClock
@@ -43,8 +49,8 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from bridge.storage.outbox import SqlOutbox
     from legacy_adapters.auth import LegacyTokenAuthority
     from legacy_adapters.http_forward import CallbackForward
+    from legacy_adapters.ports import LegacyRecords
     from legacy_adapters.process_identity import ProcProbe
-    from legacy_adapters.reader import LegacyReader
     from legacy_adapters.releases import ReleaseProfile
 
 KEPT_LEGACY_CONNECTIONS = 4  # read-only connections to 2.x's database kept open by `bridge serve`
@@ -236,9 +242,9 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
         closers.append(callback_forward.close)
     metrics.registry.register(build_store_gauges(settings, store))
     legacy_database = settings.legacy_database_path
-    reader = build_legacy_reader(settings, keep_connections=KEPT_LEGACY_CONNECTIONS) \
+    release = decide_legacy_release(settings) if settings.legacy_data_dir is not None else None
+    reader = build_legacy_reader(settings, keep_connections=KEPT_LEGACY_CONNECTIONS, release=release) \
         if legacy_database is not None else None
-    release = decide_legacy_release(settings, reader) if settings.legacy_data_dir is not None else None
     flags = build_flags(store, release)
     modes = CachedModes(flags, ttl_s=FLAGS_TTL_S, max_stale_s=settings.flags_max_stale_s,
                         on_failure=metrics.flags_refresh_failed)
@@ -312,7 +318,7 @@ def build_fact_keeper(settings: Settings, metrics: BridgeMetrics, clock: Clock |
 
 
 def _start_jobs(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService, modes: CachedModes,
-                reader: LegacyReader, stops: StopDecisions, keeper: FactKeeper, *,
+                reader: LegacyRecords, stops: StopDecisions, keeper: FactKeeper, *,
                 recovery_deferred: bool, release: ReleaseProfile | None = None) -> list[Callable[[], object]]:
     """What runs beside the callbacks in the serving process: pending ends decided once their window is over,
     reconcile and housekeeping. Returns their closers."""
@@ -345,15 +351,15 @@ def start_serving_projector(store: Store, legacy_database_path: str | PathLike[s
                                   interval_s=interval_s)
 
 
-def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
+def recover_unfinished_runs(settings: Settings, store: Store, *, reader: LegacyRecords | None = None,
                             probe: ProcProbe | None = None, release: ReleaseProfile | None = None) -> Counter[str]:
     """Startup recovery (bridge.jobs.recovery): the Runs a previous process left open, judged against 2.x's
     records (``release``'s; decided from ``settings`` when not given). Raises LegacyDatabaseError when the
     configured file is positively not 2.x's database."""
-    return _recover(settings, store, reader or build_legacy_reader(settings), None, probe, release)
+    return _recover(settings, store, reader or build_legacy_reader(settings, release=release), None, probe, release)
 
 
-def _recover(settings: Settings, store: Store, reader: LegacyReader, metrics: BridgeMetrics | None,
+def _recover(settings: Settings, store: Store, reader: LegacyRecords, metrics: BridgeMetrics | None,
              probe: ProcProbe | None = None, release: ReleaseProfile | None = None) -> Counter[str]:
     """Startup recovery on ``store``: the stop decisions it settles first share its recorder and pending ends."""
     from bridge.jobs.recovery import recover_on_startup
@@ -361,7 +367,7 @@ def _recover(settings: Settings, store: Store, reader: LegacyReader, metrics: Br
     from bridge.storage.reconcile_queries import SqlReconcileStore
 
     recorder = ShadowRecorder(store.runs)
-    decisions = build_stop_decisions(settings, store, recorder, reader)
+    decisions = build_stop_decisions(settings, store, recorder, reader, release=release)
     assert decisions.pending is not None  # built keeping ends
     return recover_on_startup(SqlReconcileStore(store.engine), store.runs, reader, decisions.pending, probe,
                               decisions=decisions, recorder=recorder, metrics=metrics,
@@ -388,7 +394,7 @@ def reconcile_job(settings: Settings, reconciler: Reconciler, store: Store, metr
 
 
 def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, flags: FlagService | None,
-                     modes: ModeSource | None = None, *, reader: LegacyReader | None = None,
+                     modes: ModeSource | None = None, *, reader: LegacyRecords | None = None,
                      reconcile_store: ReconcileStore | None = None, probe: ProcProbe | None = None,
                      release: ReleaseProfile | None = None) -> Reconciler:
     """The reconcile pass, over ``reconcile_store`` when given (else one on the store's engine), judging 2.x's
@@ -404,8 +410,8 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
         if flags is None:
             raise ValueError("the reconciler needs its modes or the flags they come from")
         modes = CachedModes(flags)
-    reader = reader or build_legacy_reader(settings)
     release = release or decide_legacy_release(settings, reader)
+    reader = reader or build_legacy_reader(settings, release=release)
     return Reconciler(
         reconcile_store or SqlReconcileStore(store.engine), store.runs, reader,
         modes, metrics, SystemClock(), recorder=ShadowRecorder(store.runs), pending_ends=SqlPendingEnds(store.engine),
@@ -417,18 +423,21 @@ def build_reconciler(settings: Settings, store: Store, metrics: BridgeMetrics, f
         queued_status=release.queued_status)
 
 
-def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> LegacyReader:
-    """A reader of 2.x's database. Raises LegacyDatabaseError only when the file is positively something else;
-    in any other state (locked, hot journal, missing, damaged) it is built, and reads again later."""
+def build_legacy_reader(settings: Settings, keep_connections: int = 0,
+                        release: ReleaseProfile | None = None) -> LegacyRecords:
+    """The reader of 2.x's database for ``release`` (decided from ``settings`` when not given). Raises
+    LegacyDatabaseError only when the file is positively something else; in any other state (locked, hot
+    journal, missing, damaged) it is built, and reads again later."""
     import logging
 
     from legacy_adapters.database_state import FOREIGN_STATES
     from legacy_adapters.errors import LegacyDatabaseError
-    from legacy_adapters.reader import LegacyReader
 
     if settings.legacy_database_path is None:
         raise ConfigError("BRIDGE_LEGACY_DATA_DIR", "is required to compare with 2.x")
-    reader = LegacyReader(settings.legacy_database_path, keep_connections=keep_connections)
+    if release is None and settings.legacy_data_dir is not None:
+        release = decide_legacy_release(settings)
+    reader = open_records(settings.legacy_database_path, release, keep_connections=keep_connections)
     try:
         reader.check_is_legacy_database()
     except LegacyDatabaseError as exc:
@@ -440,7 +449,7 @@ def build_legacy_reader(settings: Settings, keep_connections: int = 0) -> Legacy
 
 
 def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource, *,
-                        reader: LegacyReader | None = None, auth: LegacyTokenAuthority | None = None,
+                        reader: LegacyRecords | None = None, auth: LegacyTokenAuthority | None = None,
                         on_primary_commit: Callable[[], None] = lambda: None, keep_ends: bool = True,
                         clock: Clock | None = None, keeper: FactKeeper | None = None,
                         release: ReleaseProfile | None = None) -> CallbackPath:
@@ -452,7 +461,7 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 
-    reader = reader or build_legacy_reader(settings)
+    reader = reader or build_legacy_reader(settings, release=release)
     clock = clock or SystemClock()
     recorder = ShadowRecorder(store.runs)
     stops = build_stop_decisions(settings, store, recorder, reader, keep_ends=keep_ends, clock=clock,
@@ -466,7 +475,7 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
     return CallbackPath(recorder, stops, interceptor)
 
 
-def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecorder, reader: LegacyReader, *,
+def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecorder, reader: LegacyRecords, *,
                          keep_ends: bool = True, clock: Clock | None = None,
                          release: ReleaseProfile | None = None) -> StopDecisions:
     """Stop decisions recording through ``recorder``: ends that may be a stop's kept in the store until 2.x's
@@ -479,9 +488,13 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecor
                if keep_ends else None)
     if release is None and settings.legacy_data_dir is not None:
         release = decide_legacy_release(settings, reader)
-    logs = task_logs(settings, release) if settings.legacy_data_dir is not None and release is not None else None
+    logs = None  # before v2.21 a stopped execution's record is its log's end line, where the release marks it
+    if settings.legacy_data_dir is not None and release is not None and not release.has_running_instances \
+            and release.stop_marker is not None:
+        logs = task_logs(settings, release)
     return StopDecisions(recorder, reader, pending, clock or SystemClock(),
-                         window_ms=settings.stop_decision_window_s * 1000, release=release, logs=logs)
+                         window_ms=settings.stop_decision_window_s * 1000, logs=logs,
+                         kills_every_instance=release is None or release.stop_kills_every_instance)
 
 
 def bookkeeping_prunes(engine: Engine) -> dict[str, Prune]:

@@ -28,16 +28,16 @@ def run_legacy_import(settings: Settings, **options: Any) -> ImportSummary:
     """`bridge import-legacy`: the import job, given the store it writes to (opened after 2.x's copy is checked),
     reading what the release keeps: its RunningInstances rows, or before v2.21 its task logs (one choice, from
     the release profile; docs/reconciliation.md#releases-before-v221)."""
-    from bridge.bootstrap.release import decide_legacy_release, task_logs
+    from bridge.bootstrap.release import decide_legacy_release, open_records, task_logs
     from bridge.jobs.import_legacy import run_import
     from bridge.jobs.import_legacy.logs import run_log_import
-    from legacy_adapters.reader import LegacyReader
 
     options.setdefault("clock", SystemClock())
     release = decide_legacy_release(settings) if settings.legacy_data_dir is not None else None
+    open_reader = partial(open_records, release=release)
     if release is None or release.has_running_instances:
-        return run_import(settings, partial(build_store, settings), open_reader=LegacyReader, **options)
-    return run_log_import(settings, partial(build_store, settings), open_reader=LegacyReader,
+        return run_import(settings, partial(build_store, settings), open_reader=open_reader, **options)
+    return run_log_import(settings, partial(build_store, settings), open_reader=open_reader,
                           logs=task_logs(settings, release), **options)
 
 
@@ -66,15 +66,14 @@ def build_projector(engine: Engine, legacy_database_path: str | PathLike[str], m
 def write_cutover_report(settings: Settings, **options: Any) -> tuple[Path, Path]:
     """`bridge report`: the report job, given the store's side once its arguments are checked, and the 2.x release
     its header names (refused, naming it, when the bridge does not support it)."""
-    from bridge.bootstrap.release import decide_legacy_release, task_logs
+    from bridge.bootstrap.release import decide_legacy_release, open_records, task_logs
     from bridge.jobs.report import run_report
-    from legacy_adapters.reader import LegacyReader
 
     release = decide_legacy_release(settings) if settings.legacy_data_dir is not None else None
     # Before v2.21 an execution's record is its task log: the report scans those (docs/releases.md).
     logs = task_logs(settings, release) if release is not None and not release.has_running_instances else None
-    return run_report(settings, partial(_report_store, settings), LegacyReader, release=release, logs=logs,
-                      **options)
+    return run_report(settings, partial(_report_store, settings), partial(open_records, release=release),
+                      release=release, logs=logs, **options)
 
 
 @contextmanager

@@ -12,10 +12,11 @@ from bridge.config import ConfigError, Settings, local_zone_name
 if TYPE_CHECKING:
     from bridge.jobs.evidence import ExecutionEvidence
     from legacy_adapters.log_files import LogDirectory
-    from legacy_adapters.reader import LegacyReader
+    from legacy_adapters.ports import LegacyRecords
     from legacy_adapters.releases import ReleaseProfile
 
-def decide_legacy_release(settings: Settings, reader: LegacyReader | None = None) -> ReleaseProfile:
+
+def decide_legacy_release(settings: Settings, reader: LegacyRecords | None = None) -> ReleaseProfile:
     """The release profile of the 2.x install ``settings`` name.
 
     Raises ConfigError naming the release when it is one the bridge does not support (older than v2.17, or
@@ -33,17 +34,16 @@ def decide_legacy_release(settings: Settings, reader: LegacyReader | None = None
     return profile
 
 
-def _schema(settings: Settings, reader: LegacyReader | None) -> tuple[frozenset[str], frozenset[str], bool] | None:
+def _schema(settings: Settings, reader: LegacyRecords | None) -> tuple[frozenset[str], frozenset[str], bool] | None:
     if settings.legacy_data_dir is None:
         return None
     from legacy_adapters.errors import LegacyDatabaseError
-    from legacy_adapters.reader import LegacyReader
 
     own = reader is None
     if reader is None:
         if settings.legacy_database_path is None or not settings.legacy_database_path.exists():
             return None
-        reader = LegacyReader(settings.legacy_database_path)
+        reader = open_records(settings.legacy_database_path, None)  # the schema reads alike on every line
     try:
         tables = frozenset(t for t in ("RunningInstances", "CrontabStats") if reader.has_table(t))
         columns = reader.columns("Crontabs")
@@ -69,7 +69,15 @@ def task_logs(settings: Settings, release: ReleaseProfile) -> LogDirectory:
     return LogDirectory((settings.legacy_data_dir or Path(".")) / "log", legacy_zone(settings), release.stop_marker)
 
 
-def build_execution_evidence(settings: Settings, reader: LegacyReader,
+def open_records(database_path: Path, release: ReleaseProfile | None, *, keep_connections: int = 0) -> LegacyRecords:
+    """The reader of 2.x's database for ``release`` (legacy_adapters/release_readers.py): the one place a reader
+    is chosen. None: the release could not be decided (the newest line's reader)."""
+    from legacy_adapters.release_readers import open_legacy_records
+
+    return open_legacy_records(release, database_path, keep_connections=keep_connections)
+
+
+def build_execution_evidence(settings: Settings, reader: LegacyRecords,
                              release: ReleaseProfile | None = None) -> ExecutionEvidence:
     """What reconcile and recovery judge 2.x's executions by: ``RunningInstances`` rows where the release has
     them, else its Crontabs rows and log files (docs/reconciliation.md#releases-before-v221). The one choice,

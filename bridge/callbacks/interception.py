@@ -61,8 +61,8 @@ from legacy_adapters.callbacks import (
 from legacy_adapters.errors import LegacyCallbackParseError, LegacyDatabaseError
 from legacy_adapters.identity import task_revision, task_snapshot
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer_start_origin
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.process_identity import ProcProbe
-from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyCron
 from legacy_adapters.shell_report import NOTHING, ShellReport, read_shell_report
 from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
@@ -72,7 +72,7 @@ MAX_IDS = 16  # the shell sends one id; a batch caller is bounded
 
 
 class ShadowInterceptor:
-    def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, modes: ModeSource, metrics: BridgeMetrics,
+    def __init__(self, recorder: ShadowRecorder, reader: LegacyRecords, modes: ModeSource, metrics: BridgeMetrics,
                  clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, primary_budget_ms: int = 1000,
                  lanes: int = 4,
                  probe: ProcProbe | None = None, auth: LegacyTokenAuthority | None = None,

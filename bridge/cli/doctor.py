@@ -27,7 +27,6 @@ from bridge.cli.doctor_check import Check, Verdict
 from bridge.cli.doctor_release import (
     check_upstream,
     install_backends,
-    log_evidence,
     release_evidence,
 )
 from bridge.cli.seam_shells import shells_check
@@ -209,20 +208,20 @@ def _store_evidence(settings: Settings, window_ms: int) -> tuple[Check, list[Any
 
 def _legacy_evidence(settings: Settings,
                      release: ReleaseProfile | None) -> tuple[Check, list[tuple[str | None, float | None]]]:
+    from bridge.bootstrap.release import open_records
     from legacy_adapters.database_state import FOREIGN_STATES, DatabaseState
-    from legacy_adapters.reader import LegacyReader
 
     path = settings.legacy_database_path
     if path is None:
         return Check("2.x database", "fail", "BRIDGE_LEGACY_DATA_DIR is not set",
                      "set it to 2.x's data directory (the one holding db/database.sqlite)"), []
-    reader = LegacyReader(path)
+    reader = open_records(path, release)
     try:
         state = reader.state()
         if state is not DatabaseState.OK:
             verdict: Verdict = "fail" if state in FOREIGN_STATES or state is DatabaseState.MISSING else "warn"
             return Check("2.x database", verdict, f"{path}: {state.value}", _DATABASE_FIXES.get(state.value)), []
-        recent = log_evidence(reader, release, RECENT_INSTANCES)
+        recent = reader.begun_logs(RECENT_INSTANCES)
         return Check("2.x database", "ok", f"{path}: readable"), recent
     except Exception as exc:  # noqa: BLE001
         return Check("2.x database", "fail", f"{path}: {_code(exc)}", None), []

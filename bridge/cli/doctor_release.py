@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,8 +23,6 @@ from bridge.config import ConfigError, Settings
 from legacy_adapters.install import BackendProcess, backend_probe, same_directory
 
 if TYPE_CHECKING:
-    from legacy_adapters.reader import LegacyReader
-    from legacy_adapters.records import LegacyCron
     from legacy_adapters.releases import ReleaseProfile
 
 RELEASE, UPSTREAM = "2.x release", "2.x over HTTP"
@@ -102,22 +100,6 @@ def install_backends(backends: Sequence[BackendProcess], data_dir: Path | None,
     if not ours and all(d is None for _, d in served):
         return InstallBackends(readable, [])
     return InstallBackends(ours, [(b, d) for b, d in served if b not in ours])
-
-
-def log_evidence(reader: LegacyReader, profile: ReleaseProfile | None, limit: int) -> LogEvidence:
-    """Log names beside the begin time of the same execution: ``RunningInstances`` where the release has it,
-    else each ``Crontabs`` row's ``log_path`` and ``last_execution_time`` (the start callback writes both)."""
-    if profile is None or profile.has_running_instances:
-        return [(i.log_path, i.started_at) for i in reader.recent_instances(limit)]
-    return crontab_log_evidence(reader.iter_crons(), limit)
-
-
-def crontab_log_evidence(crons: Iterable[LegacyCron], limit: int) -> LogEvidence:
-    """The ``limit`` most recently begun crons' (log_path, last_execution_time), newest first."""
-    begun = [(c.log_path, float(c.last_execution_time)) for c in crons
-             if c.log_path and isinstance(c.last_execution_time, int | float) and c.last_execution_time > 0]
-    begun.sort(key=lambda pair: pair[1], reverse=True)
-    return list(begun[:limit])
 
 
 def _without_userinfo(url: str) -> str:

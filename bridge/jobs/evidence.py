@@ -20,7 +20,7 @@ from bridge.jobs.stop_decisions import instance_of, legacy_stop_code
 from bridge.service.reconcile import UnfinishedRun
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.log_files import NO_LOG, LogDirectory, LoggedExecution
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.records import LegacyCron
 from legacy_adapters.schema import OUTCOME_NOT_REPORTED as OUTCOME_NOT_REPORTED_AS
 from legacy_adapters.schema import EndedAs, InstanceStatus, crontab_state, instance_outcome
@@ -87,7 +87,7 @@ class InstanceRowEvidence:
 
     source = "running_instances"
 
-    def __init__(self, reader: LegacyReader) -> None:
+    def __init__(self, reader: LegacyRecords) -> None:
         self._reader = reader
 
     def execution_of(self, run: UnfinishedRun) -> LegacyExecution | None:
@@ -124,7 +124,7 @@ class LogFileEvidence:
 
     source = "crontabs_and_log_files"
 
-    def __init__(self, reader: LegacyReader, logs: LogDirectory, queued_status: float) -> None:
+    def __init__(self, reader: LegacyRecords, logs: LogDirectory, queued_status: float) -> None:
         self._reader = reader
         self.logs = logs
         self.queued_status = queued_status
@@ -186,7 +186,7 @@ def logged_end(logged: LoggedExecution) -> LegacyExecution:
     return LegacyExecution(ExecutionState.ENDED, "log_file", ENDED_WITHOUT_OUTCOME, finished, duration)
 
 
-def choose_evidence(has_running_instances: bool, reader: LegacyReader,
+def choose_evidence(has_running_instances: bool, reader: LegacyRecords,
                     logs: Callable[[], LogDirectory], queued_status: float) -> ExecutionEvidence:
     """The one choice: bootstrap calls this with ``ReleaseProfile.has_running_instances``."""
     if has_running_instances:

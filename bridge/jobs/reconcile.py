@@ -40,8 +40,8 @@ from bridge.service.shadow import ShadowRecorder
 from bridge.storage.errors import reconcile_failure_code
 from legacy_adapters.identity import instance_execution_key, instance_import_key, speaking_row
 from legacy_adapters.origin import infer_scheduled_origin
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
-from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyCron, LegacyInstance
 from legacy_adapters.scheduler_mode import SchedulerMode
 from legacy_adapters.schema import InstanceStatus
@@ -101,7 +101,7 @@ def failure_code(exc: BaseException) -> str:
 
 
 class Reconciler:
-    def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyReader, modes: ModeSource,
+    def __init__(self, store: ReconcileStore, runs: RunService, reader: LegacyRecords, modes: ModeSource,
                  metrics: BridgeMetrics, clock: Clock, *, recorder: ShadowRecorder, pending_ends: PendingEndStore,
                  scheduler_mode: SchedulerMode,
                  tz: ZoneInfo, enabled_since: Callable[[str], int | None] = lambda origin: 0,
@@ -132,7 +132,7 @@ class Reconciler:
         self._replays: dict[str, RecordedAgain] = {}  # Runs whose execution 2.x holds more than one row for
 
     @property
-    def reader(self) -> LegacyReader:
+    def reader(self) -> LegacyRecords:
         return self._reader
 
     def run_once(self) -> PassResult:

@@ -27,8 +27,8 @@ from bridge.service.pending_ends import PendingEndStore
 from bridge.service.reconcile import ComparedRun, ReconcileStore
 from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.log_files import NO_LOG, LoggedExecution
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
-from legacy_adapters.reader import LegacyReader
 from legacy_adapters.records import LegacyCron
 from projections.reconcile import Finding, JudgedSubjects, compare_logged, logged_stuck
 
@@ -79,7 +79,7 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
 class LogFilePass:
     """One pass over the task logs of the window, for one release without RunningInstances."""
 
-    def __init__(self, evidence: LoggedEvidence, reader: LegacyReader, context: PassContext) -> None:
+    def __init__(self, evidence: LoggedEvidence, reader: LegacyRecords, context: PassContext) -> None:
         self._evidence = evidence
         self._reader = reader
         self._ctx = context

@@ -44,8 +44,8 @@ from bridge.service.reconcile import UnfinishedRun, UnfinishedRuns
 from bridge.service.run_service import RunService, RunTransaction
 from bridge.service.shadow import ShadowRecorder
 from legacy_adapters.errors import LegacyDatabaseError
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.process_identity import ProcessHandle, ProcProbe
-from legacy_adapters.reader import LegacyReader
 
 log = logging.getLogger("bridge.jobs.recovery")
 PAGE = 64  # runs per page (docs/run-state.md#startup-scan-bounds)
@@ -57,7 +57,7 @@ class RecoveryMetrics(Protocol):
     def legacy_database_unavailable(self, state: str, use: str) -> None: ...
 
 
-def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyReader, pending: PendingEndStore,
+def recover_on_startup(store: UnfinishedRuns, runs: RunService, reader: LegacyRecords, pending: PendingEndStore,
                        probe: ProcProbe | None = None, *, decisions: StopDecisions, recorder: ShadowRecorder,
                        max_pages: int = 32, metrics: RecoveryMetrics | None = None,
                        evidence: ExecutionEvidence | None = None) -> Counter[str]:

@@ -51,9 +51,8 @@ from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key, speaking_row
 from legacy_adapters.log_files import LogDirectory
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.records import LegacyCron, LegacyInstance
-from legacy_adapters.releases import ReleaseProfile
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects
@@ -73,7 +72,7 @@ STOP_IN_FLIGHT_MAX_S = 120
 IN_FLIGHT_RETRY_MS = 500  # how soon a pending end held by a stop in flight is looked at again
 
 
-def instance_of(reader: LegacyReader, cron_id: int, pid: int | None, log_ref: str | None,
+def instance_of(reader: LegacyRecords, cron_id: int, pid: int | None, log_ref: str | None,
                 started_at_ms: int | None, near_ms: int) -> LegacyInstance | None:
     """The 2.x instance row of one execution: same cron and pid, same log digest, same begin second.
 
@@ -89,7 +88,7 @@ def instance_of(reader: LegacyReader, cron_id: int, pid: int | None, log_ref: st
     return speaking_row(found, {instance.id for instance in found if instance_defects(instance, math.inf)})
 
 
-def legacy_stop_code(reader: LegacyReader, instance: LegacyInstance) -> ErrorCode:
+def legacy_stop_code(reader: LegacyRecords, instance: LegacyInstance) -> ErrorCode:
     """Who stopped an instance 2.x shows stopped, when no stop went through the bridge
     (docs/legacy-2x.md#run-state-routes, #startup-reset)."""
     if instance.finished_at is None and instance.exit_code is None:
@@ -99,7 +98,7 @@ def legacy_stop_code(reader: LegacyReader, instance: LegacyInstance) -> ErrorCod
     return ErrorCode.STOPPED_IN_LEGACY
 
 
-def replaced_by_next_run(reader: LegacyReader, instance: LegacyInstance) -> bool:
+def replaced_by_next_run(reader: LegacyRecords, instance: LegacyInstance) -> bool:
     """runCron's single-instance check (``allow_multiple_instances === 0``) killed this execution: 2.x stamped
     the row's finished_at, set the cron idle and started the next one, whose start callback inserted a newer
     row of the same cron beginning within REPLACEMENT_GAP_S. Reads the cron and a page of newer rows by key."""
@@ -122,18 +121,18 @@ class StopDecisions:
     Without a PendingEndStore nothing is kept (each end closes its Run at once) and relayed stops still apply.
     """
 
-    def __init__(self, recorder: ShadowRecorder, reader: LegacyReader, pending: PendingEndStore | None,
+    def __init__(self, recorder: ShadowRecorder, reader: LegacyRecords, pending: PendingEndStore | None,
                  clock: Clock, *, window_ms: int = DEFAULT_WINDOW_S * 1000,
-                 monotonic: Callable[[], float] = time.monotonic, release: ReleaseProfile | None = None,
-                 logs: LogDirectory | None = None) -> None:
-        """``release``: the 2.x release fronted (None: the newest line's rules); ``logs``: 2.x's ``data/log``, read
-        with the release's stop marker, where a task's log tells of its trap (None: never read)."""
+                 monotonic: Callable[[], float] = time.monotonic, logs: LogDirectory | None = None,
+                 kills_every_instance: bool = True) -> None:
+        """``logs``: 2.x's ``data/log``, read with the release's stop marker, where a stopped task's log is the
+        only record of its stop: before v2.21 no instance row says so, its log's end line does
+        (docs/legacy-2x.md#stops-and-log-lines-before-v221); None: never read. ``kills_every_instance``: the
+        release's stop kills every execution of the cron (ReleaseProfile.stop_kills_every_instance). Bootstrap
+        gives both from the release profile."""
         self._recorder = recorder
-        # Before v2.21 no instance row says an execution was stopped: its log's end line does, where the release
-        # marks it (docs/legacy-2x.md#stops-and-log-lines-before-v221).
-        self._logs = logs if release is not None and release.stop_marker is not None \
-            and not release.has_running_instances else None
-        self._kills_every_instance = release is None or release.stop_kills_every_instance
+        self._logs = logs
+        self._kills_every_instance = kills_every_instance
         self._reader = reader
         self._pending = pending
         self._clock = clock

@@ -12,7 +12,7 @@ from bridge.domain.errors import BridgeError
 from legacy_adapters.database_state import DatabaseState
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.online_backup import backup_copy
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.ports import LegacyRecords
 
 
 class ImportRefusedError(BridgeError):
@@ -51,7 +51,7 @@ def remove_copy(copy: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def checked_reader(source: Path, copy: Path, open_reader: Callable[[Path], LegacyReader]) -> LegacyReader:
+def checked_reader(source: Path, copy: Path, open_reader: Callable[[Path], LegacyRecords]) -> LegacyRecords:
     """A reader of the private ``copy`` (``open_reader``, given by the composition root), once it reads as 2.x's."""
     reader = open_reader(copy)
     try:

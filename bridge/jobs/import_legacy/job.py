@@ -48,7 +48,7 @@ from legacy_adapters.callbacks import exit_code_as_given
 from legacy_adapters.identity import task_revision, task_snapshot
 from legacy_adapters.online_backup import instance_span
 from legacy_adapters.origin import infer_scheduled_origin
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.records import LegacyInstance
 from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 from legacy_adapters.schema import InstanceStatus, instance_outcome
@@ -88,7 +88,7 @@ class OpenedStore(Protocol):
 
 
 def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
-               open_reader: Callable[[Path], LegacyReader], clock: Clock, batch_size: int = DEFAULT_BATCH_SIZE,
+               open_reader: Callable[[Path], LegacyRecords], clock: Clock, batch_size: int = DEFAULT_BATCH_SIZE,
                console: Console | None = None,
                resume: bool = True, after_batch: BatchHook | None = None,
                write_budget_ms: int = IMPORT_WRITE_BUDGET_MS) -> ImportSummary:
@@ -117,8 +117,8 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
 
 
 @contextmanager
-def opened_import(settings: Settings, open_reader: Callable[[Path], LegacyReader],
-                  open_store: Callable[[], OpenedStore]) -> Iterator[tuple[LegacyReader, OpenedStore]]:
+def opened_import(settings: Settings, open_reader: Callable[[Path], LegacyRecords],
+                  open_store: Callable[[], OpenedStore]) -> Iterator[tuple[LegacyRecords, OpenedStore]]:
     """What every import reads from and writes to: a private copy of 2.x's database (never 2.x's own file), read
     through ``open_reader``, and the bridge store at the code's revision; both let go of afterwards. Raises
     ImportRefusedError without BRIDGE_LEGACY_DATA_DIR, and as the copy, the reader and the store raise."""
@@ -149,7 +149,7 @@ def _require_current_schema(store: OpenedStore) -> None:
 
 
 class _Importer:
-    def __init__(self, settings: Settings, uow: ImportUnitOfWork, reader: LegacyReader, batch_size: int,
+    def __init__(self, settings: Settings, uow: ImportUnitOfWork, reader: LegacyRecords, batch_size: int,
                  clock: Clock, pacing: Pacing | None = None) -> None:
         self.reader = reader
         self.batch_size = batch_size

@@ -55,14 +55,14 @@ from bridge.service.imports import ImportStore
 from bridge.service.ports import Clock, TaskSnapshot
 from legacy_adapters.identity import task_revision, task_snapshot
 from legacy_adapters.log_files import NO_LOG, LogDirectory, LoggedExecution
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.records import LegacyCron
 
 _SYNTH = {"synthesized": True}
 
 
 def run_log_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
-                   open_reader: Callable[[Path], LegacyReader], clock: Clock, logs: LogDirectory,
+                   open_reader: Callable[[Path], LegacyRecords], clock: Clock, logs: LogDirectory,
                    batch_size: int = DEFAULT_BATCH_SIZE, console: Console | None = None,
                    **_cursor_and_pacing: Any) -> ImportSummary:
     """Import 2.x's task logs into the bridge store; returns what was done. The crons are read from a private

@@ -14,7 +14,7 @@ from bridge.domain.model import Origin
 from bridge.jobs.report.log_scan import LogScan
 from bridge.jobs.report.scan import BATCH_SIZE, UNKNOWN, Pending, ProgressCallback, Scan, Tally, count_callback
 from bridge.service.reports import ReportReads, ReportSources
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.ports import LegacyRecords
 from projections.gates import GateThresholds, OriginFigures, Window
 from projections.report import assemble, example, origin_entry, timeline, unobservable_entry
 
@@ -28,7 +28,7 @@ UNOBSERVABLE = frozenset({Origin.SUBSCRIPTION.value, Origin.SYSTEM.value})
 ORIGIN_ORDER = (*(o.value for o in Origin), UNKNOWN)
 
 
-def build_report(settings: Settings, sources: ReportSources, reader: LegacyReader, *, since_ms: int, until_ms: int,
+def build_report(settings: Settings, sources: ReportSources, reader: LegacyRecords, *, since_ms: int, until_ms: int,
                  origins: Sequence[str] | None = None, thresholds: GateThresholds | None = None,
                  now_ms: int | None = None, progress: ProgressCallback | None = None,
                  batch_size: int = BATCH_SIZE, release: ReleaseProfile | None = None,
@@ -42,8 +42,9 @@ def build_report(settings: Settings, sources: ReportSources, reader: LegacyReade
     tally, notes = Tally(), list[str]()
     pending = _load_unattributed(queries, window, notes)
     scan: Scan | LogScan
-    if release is not None and not release.has_running_instances and logs is not None:
-        scan = LogScan(logs, reader, queries, tally, settings, window, release, batch_size)
+    if logs is not None:  # bootstrap gives them where the release keeps no RunningInstances
+        scan = LogScan(logs, reader, queries, tally, settings, window,
+                       release.name if release is not None else "before v2.21", batch_size)
     else:
         scan = Scan(reader, queries, tally, pending, settings, window, batch_size)
     scan.run(progress)

@@ -19,7 +19,7 @@ from bridge.domain.errors import BridgeError
 from bridge.jobs.report.build import ORIGIN_ORDER, build_report, wall_clock_ms
 from bridge.service.reports import ReportSources
 from legacy_adapters.errors import LegacyDatabaseError
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.ports import LegacyRecords
 from projections.gates import GateThresholds, ThresholdError
 from projections.report import to_json
 from projections.report_html import render_html
@@ -99,7 +99,7 @@ def parse_since(text: str | None, now_ms: int) -> int:
 
 
 def run_report(settings: Settings, open_sources: Callable[[], AbstractContextManager[ReportSources]],
-               open_reader: Callable[[Path], LegacyReader], *, since: str | None = None, origin: str | None = None,
+               open_reader: Callable[[Path], LegacyRecords], *, since: str | None = None, origin: str | None = None,
                out_dir: Path | None = None, console: Console | None = None,
                environ: Mapping[str, str] | None = None,
                release: ReleaseProfile | None = None, logs: LogDirectory | None = None) -> tuple[Path, Path]:
@@ -129,7 +129,7 @@ def run_report(settings: Settings, open_sources: Callable[[], AbstractContextMan
     return write_report(report, out_dir)
 
 
-def _build_with_progress(settings: Settings, sources: ReportSources, reader: LegacyReader, since_ms: int, now: int,
+def _build_with_progress(settings: Settings, sources: ReportSources, reader: LegacyRecords, since_ms: int, now: int,
                          origin: str | None, thresholds: GateThresholds, console: Console,
                          release: ReleaseProfile | None, logs: LogDirectory | None) -> dict[str, Any]:
     with Progress(TextColumn("scanning 2.x instances"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

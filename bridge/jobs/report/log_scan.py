@@ -19,8 +19,7 @@ from bridge.jobs.report.scan import CRON_CACHE_SIZE, UNKNOWN, ProgressCallback, 
 from bridge.service.reports import ReportedRun, ReportReads
 from legacy_adapters.log_files import NO_LOG, LogDirectory, LoggedExecution
 from legacy_adapters.origin import infer_scheduled_origin
-from legacy_adapters.reader import LegacyReader
-from legacy_adapters.releases import ReleaseProfile
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 from projections.gates import Window
 
@@ -28,16 +27,16 @@ from projections.gates import Window
 class LogScan:
     """Streams the window's task logs, looks up each batch's Runs by (cron, log digest), and tallies them."""
 
-    def __init__(self, logs: LogDirectory, reader: LegacyReader, queries: ReportReads, tally: Tally,
-                 settings: Settings, window: Window, release: ReleaseProfile, batch_size: int) -> None:
+    def __init__(self, logs: LogDirectory, reader: LegacyRecords, queries: ReportReads, tally: Tally,
+                 settings: Settings, window: Window, release_name: str, batch_size: int) -> None:
         self.logs, self.reader, self.queries, self.tally = logs, reader, queries, tally
         self.window, self.batch_size = window, batch_size
-        self.marks_stops = release.stop_marker is not None
+        self.marks_stops = logs.marks_stops
         self.tz = ZoneInfo(window.zone)
         self.scheduler_mode = resolve_scheduler_mode(settings.legacy_scheduler)
         self.get_cron = lru_cache(maxsize=CRON_CACHE_SIZE)(reader.get_cron)
         self.excluded = 0
-        self.notes = [f"2.x {release.name} keeps no RunningInstances: its executions are its task logs under "
+        self.notes = [f"2.x {release_name} keeps no RunningInstances: its executions are its task logs under "
                       "data/log, and it reports no exit code, so no exit-code pair is formed."]
         tally.exit_codes_reported = False
 

@@ -16,7 +16,7 @@ from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyTimeError
 from legacy_adapters.identity import instance_import_key
 from legacy_adapters.origin import infer_scheduled_origin
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.records import LegacyInstance
 from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 from legacy_adapters.schema import ENDED_INSTANCE, InstanceStatus
@@ -83,7 +83,7 @@ class Tally:
 class Scan:
     """Streams RunningInstances in id order, looks up each batch's Runs in one query, and tallies them."""
 
-    def __init__(self, reader: LegacyReader, queries: ReportReads, tally: Tally,
+    def __init__(self, reader: LegacyRecords, queries: ReportReads, tally: Tally,
                  pending: Pending, settings: Settings, window: Window,
                  batch_size: int) -> None:
         self.reader, self.queries, self.tally, self.pending = reader, queries, tally, pending
@@ -161,14 +161,14 @@ def _execution_key(instance: LegacyInstance, started_ms: int) -> str | None:
     return execution_key(instance.cron_id, instance.pid, log_path_digest(instance.log_path), started_ms)
 
 
-def _probe(reader: LegacyReader, after_id: int) -> LegacyInstance | None:
+def _probe(reader: LegacyRecords, after_id: int) -> LegacyInstance | None:
     """The first instance with an id above ``after_id`` (one LIMIT 1 statement)."""
     for row in reader.iter_instances(after_id=after_id, batch_size=1):
         return row
     return None
 
 
-def _last_instance_id(reader: LegacyReader) -> int:
+def _last_instance_id(reader: LegacyRecords) -> int:
     """The highest RunningInstances id (0 when empty): doubling, then halving probes on the primary key."""
     if _probe(reader, 0) is None:
         return 0
@@ -186,7 +186,7 @@ def _last_instance_id(reader: LegacyReader) -> int:
     return low
 
 
-def _first_candidate_id(reader: LegacyReader, cutoff_s: int, last_id: int) -> int:
+def _first_candidate_id(reader: LegacyRecords, cutoff_s: int, last_id: int) -> int:
     """The largest id after which every row started at or after ``cutoff_s`` (binary search on the PK)."""
     lo, hi = 0, last_id
     while lo < hi:
