@@ -153,6 +153,13 @@ class ReleaseProfile:
         """v2.20.0+ kills a scheduled cron's previous run when ``allow_multiple_instances`` is 0."""
         return self._line_from(ReleaseLine.V2_20)
 
+    @property
+    def keeps_keyv_cache(self) -> bool:
+        """From v2.18.0 ``data/db/keyv.sqlite`` caches the Apps, the auth info and the language, and ``/open/*``
+        tokens are looked up there; v2.17 reads the ``Apps`` table and ``config/auth.json`` on every request
+        (``back/shared/store.ts`` from v2.18.0; ``back/loaders/express.ts`` at v2.17.13)."""
+        return self._from((2, 18, 0))
+
     # --- processes (docs/legacy-2x.md#processes-ports-and-health-before-v221) -------------------------------
     @property
     def health_on_backend(self) -> bool:

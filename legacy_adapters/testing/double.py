@@ -60,7 +60,7 @@ _MESSAGES_EN = {
     "实例已停止": "Instance stopped",
 }
 # config.apiWhiteList: these pass the token middleware without a token.
-_API_WHITE_LIST = frozenset({
+API_WHITE_LIST = frozenset({
     "/api/user/login", "/api/health", "/open/auth/token", "/api/user/two-factor/login", "/api/system",
     "/api/user/init", "/api/user/notification/init", "/open/user/login", "/open/user/two-factor/login",
     "/open/system", "/open/user/init", "/open/user/notification/init",
@@ -291,7 +291,7 @@ class Legacy2xDouble:
             if js_lt(current.get("expiration", UNDEFINED), math.floor(self._clock() + 0.5)):  # Math.round
                 return self._unauthorized("Token 已失效")
             return None
-        if not token and path in _API_WHITE_LIST:
+        if not token and path in API_WHITE_LIST:
             return None
         if is_valid_token(self._keyv("authInfo"), token, get_platform(request.header("user-agent") or "")):
             return None

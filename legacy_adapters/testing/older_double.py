@@ -14,7 +14,10 @@ The v2.21.0 double (legacy_adapters.testing.double) with the older backend's run
 - ``PUT /crons/stop``: ``killTask(doc.pid)`` (not v2.20.0), ``killAllTasks(command)`` (v2.20.0+), then every row
   idle (``back/services/cron.ts`` at v2.19.2, v2.20.0, v2.20.1);
 - ``simulate_run_cron``: runCron's single-instance kill (v2.20, ``back/shared/runCron.ts`` at v2.20.2);
-  ``simulate_boot_reset``: every row idle (``back/loaders/initData.ts``).
+  ``simulate_boot_reset``: every row idle (``back/loaders/initData.ts``);
+- v2.17 has no keyv cache and no i18n: an ``/open/*`` token is looked up in the ``Apps`` table
+  (``OpenService.findTokenByValue``), then ``config/auth.json``; every refusal is express-jwt's English message
+  (``back/loaders/express.ts``, ``back/services/open.ts`` at v2.17.13).
 
 No process is killed: ``on_kill``'s hook stands for each signal, as in the v2.21.0 double. What ``killAllTasks``
 finds by command line is modelled by the shells the double has heard of and not yet heard end (``live_pids``).
@@ -23,6 +26,9 @@ finds by command line is modelled by the shells the double has heard of and not 
 from __future__ import annotations
 
 import itertools
+import json
+import math
+import re
 import sqlite3
 from contextlib import closing
 from datetime import datetime
@@ -32,8 +38,17 @@ from legacy_adapters.callbacks import STATUS_KEYS, joi_error, validate_id_array,
 from legacy_adapters.releases import ReleaseProfile
 from legacy_adapters.schema import CrontabStatus
 from legacy_adapters.testing.datadir import LegacyDataDir, connect, immediate, uniq_path
-from legacy_adapters.testing.double import Legacy2xDouble
-from legacy_adapters.testing.express_rules import Reply, ServiceError, json_reply, kept, status_options
+from legacy_adapters.testing.double import API_WHITE_LIST, Legacy2xDouble
+from legacy_adapters.testing.express_rules import (
+    Reply,
+    ServiceError,
+    get_platform,
+    get_token,
+    is_valid_token,
+    json_reply,
+    kept,
+    status_options,
+)
 
 OLDER_STATUS_KEYS = tuple(key for key in STATUS_KEYS if key != "exit_code")  # back/api/cron.ts@v2.20.2
 FIRST_CHILD_PID = 30_000
@@ -65,6 +80,50 @@ class OlderLegacy2xDouble(Legacy2xDouble):
             denied = self._authenticate(request)  # the token middleware runs before any route
             return denied or _express_not_found(request.method, request.path, request.raw_query)
         return super().handle(request)
+
+    # --- v2.17's token middleware: no keyv cache, no i18n (back/loaders/express.ts at v2.17.13) ---------------
+
+    def _authenticate_open(self, request: Any) -> Reply | None:
+        if self.release.keeps_keyv_cache:
+            return super()._authenticate_open(request)
+        token = get_token(request.header("authorization"))
+        owner = next((app for app in self._apps() if any(t.get("value") == token for t in app["tokens"])), None)
+        if owner is not None:
+            current = next(t for t in owner["tokens"] if t.get("value") == token)
+            match = re.search(r"/open/([a-z]+)/*", request.path)
+            expiration = current.get("expiration")
+            if match and match.group(1) in owner["scopes"] and isinstance(expiration, int | float) \
+                    and expiration >= math.floor(self._clock() + 0.5):  # Math.round(Date.now() / 1000)
+                return None
+        if not token and request.path in API_WHITE_LIST:
+            return None
+        if is_valid_token(self._auth_file(), token, get_platform(request.header("user-agent") or "")):
+            return None
+        return json_reply(401, {"code": 401,
+                                "message": "jwt malformed" if token else "No authorization token was found"})
+
+    def _set_lang(self, lang: str | None) -> None:
+        if self.release.keeps_keyv_cache:
+            super()._set_lang(lang)
+        else:  # v2.17 translates nothing and stores no language
+            self._current_lang = lang or "zh"
+
+    def _apps(self) -> list[dict[str, Any]]:
+        """OpenService.find({}): the Apps rows, their JSON columns parsed (bad JSON reads as none)."""
+        with closing(connect(self.data_dir.database_path)) as conn:
+            rows = conn.execute("SELECT scopes, tokens FROM Apps").fetchall()
+        apps = []
+        for row in rows:
+            scopes, tokens = (_json_list(row["scopes"]), _json_list(row["tokens"]))
+            apps.append({"scopes": scopes, "tokens": [t for t in tokens if isinstance(t, dict)]})
+        return apps
+
+    def _auth_file(self) -> Any:
+        """``config/auth.json`` (config.authConfigFile), None when absent or not JSON."""
+        try:
+            return json.loads((self.data_dir.root / "config" / "auth.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
 
     def _status(self, payload: Any) -> Reply:
         if isinstance(payload, dict):
@@ -197,6 +256,14 @@ class OlderLegacy2xDouble(Legacy2xDouble):
         with closing(connect(self.data_dir.database_path)) as conn, immediate(conn):
             conn.executemany("UPDATE Crontabs SET status = ?, updatedAt = ? WHERE id = ?",
                              [(status, self._stamp(), i) for i in ids])
+
+
+def _json_list(text: Any) -> list[Any]:
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
 
 
 def _express_not_found(method: str, path: str, query: str) -> Reply:

@@ -1,12 +1,17 @@
-"""The callback path against each older release's backend (v2.17.13, v2.18.3, v2.19.2, v2.20.2), in-process on each
-store: the v2.17–v2.20 2.x double behind the real interceptor and stop decisions, the seam block's headers beside
-2.x's unchanged bodies. Every execution gets the right Run facts, the callback path records no false mismatch, and
-2.x's Crontabs rows are what the same calls give a twin double with no bridge in front."""
+"""The legacy contract: one suite, run against every release line the bridge fronts (v2.17 to v2.21, the latest patch
+of each and v2.18.1, the last whose end sends the pid ``''``), on each store.
+
+Each case drives the release's 2.x double (v2.21's, or the v2.17–v2.20 one following that release's rules) behind
+the real interceptor and stop decisions, reading 2.x through the records the composition root picks for the release
+(``open_legacy_records``). The callbacks are what the release's shell sends, with the seam block's headers beside
+them. Every execution gets the right Run facts on every release, the callback path records no false mismatch, and
+2.x's own rows are what the same calls give a twin double with no bridge in front. Where a release keeps less, the
+case says what the bridge records instead (``ended``, never a guessed outcome), not that the case does not apply."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,18 +27,27 @@ from bridge.service.run_service import RunService
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import mismatches_table, runs_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
-from legacy_adapters.reader import LegacyReader
+from legacy_adapters.release_readers import open_legacy_records
 from legacy_adapters.releases import ReleaseProfile, profile_for
 from legacy_adapters.shell_report import EXIT_CODE_HEADER, TRAPPED_HEADER
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from legacy_adapters.testing.double import Legacy2xDouble
 from legacy_adapters.testing.older_double import OlderLegacy2xDouble
 from tests.conftest import Backend
 from tests.support import wiring
 from tests.support.routes import SHELL_STATUS
 
 ORIGINS = frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"})
-RELEASES = ["2.17.13", "2.18.3", "2.19.2", "2.20.2"]
+RELEASES = ["2.17.13", "2.18.1", "2.18.3", "2.19.2", "2.20.2", "2.21.0"]
 ROW = ("status", "pid", "log_path", "last_execution_time", "last_running_time")
+# finished_at is each double's clock at the end: a second apart between the two, so only its presence is compared
+INSTANCE_ROW = ("cron_id", "pid", "log_path", "status", "started_at", "exit_code")
+SIGTERM_EXIT = 143  # a v2.21 trap's $? after TERM (docs/legacy-2x.md#callback-senders)
+
+
+def double_for(data: LegacyDataDir, release: ReleaseProfile) -> Legacy2xDouble:
+    """The release's 2.x double: v2.21's own, or the v2.17–v2.20 one following ``release``'s rules."""
+    return Legacy2xDouble(data) if release.has_running_instances else OlderLegacy2xDouble(data, release)
 
 
 @dataclass
@@ -48,11 +62,11 @@ class Shell:
 
 
 @dataclass
-class OlderWorld:
+class ReleaseWorld:
     release: ReleaseProfile
     data: LegacyDataDir
-    double: OlderLegacy2xDouble
-    twin: OlderLegacy2xDouble  # the same release with no bridge in front
+    double: Legacy2xDouble
+    twin: Legacy2xDouble  # the same release with no bridge in front
     interceptor: ShadowInterceptor
     runs: RunService
     store: SqlReconcileStore
@@ -70,12 +84,16 @@ class OlderWorld:
     def start(self, shell: Shell) -> None:
         self.send(render_status_body(shell.cron, 0, shell.pid, shell.log, shell.begin))
 
-    def end(self, shell: Shell, exit_code: int | None = 0, *, trapped: bool = False, to: str = "both") -> None:
-        """The end callback as 2.x's shell sends it (no exit_code), the seam block's headers beside it; ``to``:
+    def end(self, shell: Shell, exit_code: int | None = 0, *, trapped: bool = False, to: str = "both",
+            seam: bool = True) -> None:
+        """The end callback as the release's shell sends it (an exit code in the body from v2.21 only: the script's,
+        or 128 + the signal from the trap), the seam block's headers beside it unless ``seam`` is False; ``to``:
         through the bridge and to the twin, or to one of them (a killed shell's trap, from each double's kill)."""
-        body = render_status_body(shell.cron, 1, shell.end_pid, shell.log, shell.begin, 3)
+        reported = SIGTERM_EXIT if trapped else exit_code
+        body = render_status_body(shell.cron, 1, shell.end_pid, shell.log, shell.begin, 3,
+                                  reported if self.release.sends_exit_code else None)
         headers = {**({EXIT_CODE_HEADER: str(exit_code)} if exit_code is not None else {}),
-                   **({TRAPPED_HEADER: "1"} if trapped else {})}
+                   **({TRAPPED_HEADER: "1"} if trapped else {})} if seam else {}
         self.send(body, headers, to)
 
     def send(self, body: bytes, headers: dict[str, str] | None = None, to: str = "both") -> None:
@@ -91,6 +109,19 @@ class OlderWorld:
         self.double.on_kill(lambda _cron, _pid: self.end(shell, None, trapped=True, to="bridge"))
         self.twin.on_kill(lambda _cron, _pid: self.end(shell, None, trapped=True, to="twin"))
 
+    def trap_later(self, *shells: Shell, seam: bool = True) -> Callable[[], None]:
+        """Each double's kills are remembered; the call returned sends the killed shells' trapped ends, as their
+        traps' callbacks arrive once 2.x has written its rows: to the double through the bridge, and to the twin."""
+        by_pid = {shell.pid: shell for shell in shells}
+        killed: list[tuple[str, int]] = []
+        self.double.on_kill(lambda _cron, pid: killed.append(("bridge", pid)))
+        self.twin.on_kill(lambda _cron, pid: killed.append(("twin", pid)))
+
+        def send() -> None:
+            for to, pid in killed:
+                self.end(by_pid[pid], None, trapped=True, to=to, seam=seam)
+        return send
+
     def stop(self, cron: int) -> None:
         body = f"[{cron}]".encode()
         prepared = self.interceptor.before_forward(StopRoute(), body)
@@ -98,6 +129,11 @@ class OlderWorld:
         assert reply.status_code == 200
         self.interceptor.after_forward(prepared, reply.status_code, reply.content)
         self.put(self.twin_http, "/open/crons/stop", body)
+
+    def stop_in_2x(self, cron: int) -> None:
+        """The panel's stop sent to 2.x itself (and to the twin), not through the bridge."""
+        for client in (self.http, self.twin_http):
+            assert self.put(client, "/open/crons/stop", f"[{cron}]".encode()).status_code == 200
 
     def put(self, client: httpx.Client, path: str, body: bytes) -> httpx.Response:
         return client.put(path, content=body, headers={"Authorization": f"Bearer {self.data.system_token}",
@@ -123,25 +159,34 @@ class OlderWorld:
             return [r.kind for r in conn.execute(select(mismatches_table.c.kind))]
 
     def rows_agree(self, cron: int) -> None:
+        """2.x's rows of the cron are what the twin with no bridge in front holds: its Crontabs row and, from
+        v2.21, its RunningInstances rows."""
         bridged, alone = self.data.cron_row(cron), self.twin.data_dir.cron_row(cron)
         assert bridged is not None and alone is not None
         assert {k: bridged[k] for k in ROW} == {k: alone[k] for k in ROW}
+        if self.release.has_running_instances:
+            def rows(data: LegacyDataDir) -> list[dict[str, Any]]:
+                return [{**{k: r[k] for k in INSTANCE_ROW}, "finished": r["finished_at"] is not None}
+                        for r in data.instance_rows(cron)]
+            assert rows(self.data) == rows(self.twin.data_dir)
+        else:
+            assert self.data.query("SELECT name FROM sqlite_master WHERE name = 'RunningInstances'") == []
 
 
 @pytest.fixture(params=RELEASES)
-def older(request: pytest.FixtureRequest, sql_backend: Backend, tmp_path: Path) -> Iterator[OlderWorld]:
+def world(request: pytest.FixtureRequest, sql_backend: Backend, tmp_path: Path) -> Iterator[ReleaseWorld]:
     release = profile_for(request.param, "test")
-    data = create_legacy_data_dir(tmp_path / "ql")
-    twin_data = create_legacy_data_dir(tmp_path / "twin", tokens=[data.system_token])
+    data = create_legacy_data_dir(tmp_path / "ql", release=f"v{request.param}")
+    twin_data = create_legacy_data_dir(tmp_path / "twin", tokens=[data.system_token], release=f"v{request.param}")
     settings = wiring.legacy_settings(data.root, BRIDGE_LEGACY_RELEASE=request.param,
                                       BRIDGE_STOP_DECISION_WINDOW_S="0")
     bridge = wiring.store_on(sql_backend.engine, sql_backend.uow)  # type: ignore[arg-type]
-    interceptor = wiring.interceptor(settings, bridge, StaticModes(ORIGINS), reader=LegacyReader(data.database_path))
-    with OlderLegacy2xDouble(data, release).start() as double, \
-            OlderLegacy2xDouble(twin_data, release).start() as twin, \
+    interceptor = wiring.interceptor(settings, bridge, StaticModes(ORIGINS),
+                                     reader=open_legacy_records(release, data.database_path))
+    with double_for(data, release).start() as double, double_for(twin_data, release).start() as twin, \
             httpx.Client(base_url=double.url, timeout=10) as http, \
             httpx.Client(base_url=twin.url, timeout=10) as twin_http:
-        yield OlderWorld(release, data, double, twin, interceptor, bridge.runs,
+        yield ReleaseWorld(release, data, double, twin, interceptor, bridge.runs,
                          SqlReconcileStore(sql_backend.engine), http, twin_http)  # type: ignore[arg-type]
     interceptor.close()
 
@@ -150,117 +195,142 @@ def now_s() -> int:
     return int(time.time()) - 5
 
 
-def test_a_succeeding_and_a_failing_run_close_by_the_exit_code_the_seam_block_reports(older: OlderWorld) -> None:
-    cron = older.add_cron("ok")
-    good, bad = older.shell(cron, 101, "ok_1/a.log", now_s()), older.shell(cron, 102, "ok_1/b.log", now_s() + 1)
-    older.start(good)
-    older.end(good, 0)
-    older.start(bad)
-    older.end(bad, 3)
-    assert older.run(good) == {"status": "succeeded", "error_code": None, "cancel_reason": None, "exit_code": 0,
+def test_a_succeeding_and_a_failing_run_close_by_the_exit_code_the_seam_block_reports(world: ReleaseWorld) -> None:
+    cron = world.add_cron("ok")
+    good, bad = world.shell(cron, 101, "ok_1/a.log", now_s()), world.shell(cron, 102, "ok_1/b.log", now_s() + 1)
+    world.start(good)
+    world.end(good, 0)
+    world.start(bad)
+    world.end(bad, 3)
+    assert world.run(good) == {"status": "succeeded", "error_code": None, "cancel_reason": None, "exit_code": 0,
                                "synthesized": False}
-    assert (older.run(bad)["status"], older.run(bad)["error_code"], older.run(bad)["exit_code"]) == (
+    assert (world.run(bad)["status"], world.run(bad)["error_code"], world.run(bad)["exit_code"]) == (
         "failed", "process_exit_error", 3)
-    assert older.mismatches() == []
-    older.rows_agree(cron)
+    assert world.mismatches() == []
+    world.rows_agree(cron)
 
 
-def test_a_stop_through_the_bridge_cancels_the_run_whichever_answer_comes_first(older: OlderWorld) -> None:
-    cron = older.add_cron("stopped")
-    shell = older.shell(cron, 201, "stopped_1/a.log", now_s())
-    older.start(shell)
+def test_a_stop_through_the_bridge_cancels_the_run_whichever_answer_comes_first(world: ReleaseWorld) -> None:
+    cron = world.add_cron("stopped")
+    shell = world.shell(cron, 201, "stopped_1/a.log", now_s())
+    world.start(shell)
     # killTask's signal runs the shell's trap: its end reaches 2.x before 2.x answers the stop
-    older.on_kill_trap(shell)
-    older.stop(cron)
-    assert older.run(shell) == {"status": "cancelled", "error_code": "cancelled_by_user",
-                                "cancel_reason": "cancelled_by_user", "exit_code": None, "synthesized": False}
-    assert older.mismatches() == []
-    older.rows_agree(cron)
+    world.on_kill_trap(shell)
+    world.stop(cron)
+    assert world.run(shell) == {"status": "cancelled", "error_code": "cancelled_by_user",
+                                "cancel_reason": "cancelled_by_user", "synthesized": False,
+                                "exit_code": SIGTERM_EXIT if world.release.sends_exit_code else None}
+    assert world.mismatches() == []
+    world.rows_agree(cron)
 
 
-def test_a_trapped_end_with_no_stop_through_the_bridge_is_cancelled_as_stopped_in_2x(older: OlderWorld) -> None:
-    cron = older.add_cron("direct")
-    shell = older.shell(cron, 301, "direct_1/a.log", now_s())
-    older.start(shell)
-    older.end(shell, None, trapped=True)  # the panel's stop went to 2.x directly
-    assert older.run(shell)["status"] == "running"
-    older.decide()
-    assert (older.run(shell)["status"], older.run(shell)["error_code"]) == ("cancelled", "stopped_in_legacy")
-    assert older.mismatches() == []
-
-
-@pytest.mark.parametrize("older", [r for r in RELEASES if profile_for(r, "test").stop_marker is not None],
-                         indirect=True)  # v2.17's trap leaves no marker in the log
-def test_without_the_seam_block_the_logs_stop_marker_cancels_the_run(older: OlderWorld) -> None:
-    cron = older.add_cron("marked")
-    shell = older.shell(cron, 401, "marked_4/2026-01-01-00-00-00-000.log", now_s())
-    older.start(shell)
-    older.end(shell, None)  # no header at all; v2.18.1+ write the end line only after this callback
-    log = older.data.log_dir / shell.log
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"## 开始执行... 2026-01-01 00:00:00\n\nwork\n\n## 执行结束{older.release.stop_marker}... "
-                   "2026-01-01 00:00:03  耗时 3 秒　　　　　\n", encoding="utf-8")
-    older.decide()
-    assert (older.run(shell)["status"], older.run(shell)["error_code"]) == ("cancelled", "stopped_in_legacy")
-
-
-@pytest.mark.parametrize("older", [r for r in RELEASES if profile_for(r, "test").kills_single_instance],
-                         indirect=True)  # from v2.20 only
-def test_a_single_instance_kill_is_a_cancel_by_2x_that_names_the_next_run(older: OlderWorld) -> None:
-    cron = older.add_cron("single", "* * * * *", allow_multiple_instances=0)
-    old, new = older.shell(cron, 501, "single_1/a.log", now_s()), older.shell(cron, 502, "single_1/b.log", now_s() + 5)
-    older.start(old)
-    older.on_kill_trap(old)
-    assert older.double.simulate_run_cron(cron) and older.twin.simulate_run_cron(cron)
-    older.start(new)  # runCron spawns the next execution at once
-    older.decide()
-    assert (older.run(old)["status"], older.run(old)["error_code"]) == ("cancelled", "replaced_by_next_run")
-    assert older.run(new)["status"] == "running"
-    assert older.mismatches() == []
-    older.rows_agree(cron)
-
-
-def test_overlapping_runs_of_one_cron_are_each_closed_by_their_own_end(older: OlderWorld) -> None:
-    cron = older.add_cron("overlap")
-    first, second = older.shell(cron, 601, "overlap_1/a.log", now_s()), older.shell(cron, 602, "overlap_1/b.log",
-                                                                                      now_s() + 2)
-    older.start(first)
-    older.start(second)
-    older.end(first, 3)
-    older.end(second, 0)
-    assert (older.run(first)["status"], older.run(second)["status"]) == ("failed", "succeeded")
-    assert older.mismatches() == []
-    older.rows_agree(cron)
-
-
-def test_a_replayed_end_changes_nothing(older: OlderWorld) -> None:
-    cron = older.add_cron("replayed")
-    shell = older.shell(cron, 701, "replayed_1/a.log", now_s())
-    older.start(shell)
-    older.end(shell, 0)
-    closed = older.run(shell)
-    older.end(shell, 0)
-    assert older.run(shell) == closed and older.run_count(cron) == 1
-    assert older.mismatches() == []
-    older.rows_agree(cron)
-
-
-def test_a_stop_cancels_only_the_executions_the_release_kills(older: OlderWorld) -> None:
-    """v2.17–v2.19 kill the pid the Crontabs row holds (the newest start's); v2.20 every shell of the cron."""
-    cron = older.add_cron("two")
-    first, second = older.shell(cron, 801, "two_1/a.log", now_s()), older.shell(cron, 802, "two_1/b.log", now_s() + 1)
-    older.start(first)
-    older.start(second)
-    shells = {first.pid: first, second.pid: second}
-    older.double.on_kill(lambda _cron, pid: older.end(shells[pid], None, trapped=True, to="bridge"))
-    older.twin.on_kill(lambda _cron, pid: older.end(shells[pid], None, trapped=True, to="twin"))
-    older.stop(cron)
-    assert older.run(second)["error_code"] == "cancelled_by_user"
-    if older.release.stop_kills_every_instance:
-        assert older.run(first)["error_code"] == "cancelled_by_user"
+def test_a_shell_killed_outside_2x_ends_as_2x_records_it_else_as_its_trap_says(world: ReleaseWorld) -> None:
+    """A signal from outside 2.x (no stop anywhere): v2.21 records the trap's exit code, an error, and the Run
+    follows 2.x's row; before, 2.x records no outcome, and the seam block's trap header is the only evidence."""
+    cron = world.add_cron("direct")
+    shell = world.shell(cron, 301, "direct_1/a.log", now_s())
+    world.start(shell)
+    world.end(shell, None, trapped=True)
+    assert world.run(shell)["status"] == "running"  # kept: it may be a stop's
+    world.decide()
+    run = world.run(shell)
+    if world.release.has_running_instances:
+        assert (run["status"], run["error_code"], run["exit_code"]) == ("failed", "process_exit_error", SIGTERM_EXIT)
     else:
-        assert older.run(first)["status"] == "running"  # 2.x never signalled it: it runs on
-        older.end(first, 0)
-        assert (older.run(first)["status"], older.run(first)["exit_code"]) == ("succeeded", 0)
-    assert older.mismatches() == []
-    older.rows_agree(cron)
+        assert (run["status"], run["error_code"]) == ("cancelled", "stopped_in_legacy")
+    assert world.mismatches() == []
+    world.rows_agree(cron)
+
+
+def test_a_stop_made_in_2x_without_the_seam_block_is_cancelled_where_2x_records_it(world: ReleaseWorld) -> None:
+    """The panel's stop went to 2.x, and the shell had no seam block: 2.x's record of the stop is all there is (v2.21's
+    stopped instance row, the older releases' log end line). v2.17's trap leaves no marker: nothing says how the
+    execution ended, and its Run says so (``ended``), neither succeeded nor cancelled."""
+    cron = world.add_cron("marked")
+    shell = world.shell(cron, 401, "marked_4/2026-01-01-00-00-00-000.log", now_s())
+    world.start(shell)
+    traps = world.trap_later(shell, seam=False)
+    world.stop_in_2x(cron)
+    traps()
+    log = world.data.log_dir / shell.log  # v2.18.1+ write the end line only after the end callback
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"## 开始执行... 2026-01-01 00:00:00\n\nwork\n\n## 执行结束{world.release.stop_marker or ''}... "
+                   "2026-01-01 00:00:03  耗时 3 秒　　　　　\n", encoding="utf-8")
+    world.decide()
+    if world.release.stop_marker is None:
+        assert (world.run(shell)["status"], world.run(shell)["exit_code"]) == ("ended", None)
+    else:
+        assert (world.run(shell)["status"], world.run(shell)["error_code"]) == ("cancelled", "stopped_in_legacy")
+    assert world.mismatches() == []
+    world.rows_agree(cron)
+
+
+def test_a_scheduled_fire_of_a_running_single_instance_cron(world: ReleaseWorld) -> None:
+    """From v2.20 2.x kills the previous execution (a cancel by 2.x that names the next run); before, it does not,
+    and both executions run on and each closes by its own end."""
+    # allow_multiple_instances arrives with the kill, in v2.20.0: before, every cron may overlap itself
+    single = {"allow_multiple_instances": 0} if world.release.kills_single_instance else {}
+    cron = world.add_cron("single", "* * * * *", **single)
+    old, new = world.shell(cron, 501, "single_1/a.log", now_s()), world.shell(cron, 502, "single_1/b.log", now_s() + 5)
+    world.start(old)
+    traps = world.trap_later(old)
+    killed = world.double.simulate_run_cron(cron)
+    assert world.twin.simulate_run_cron(cron) == killed == world.release.kills_single_instance
+    traps()
+    world.start(new)  # runCron spawns the next execution
+    world.decide()
+    if killed:
+        assert (world.run(old)["status"], world.run(old)["error_code"]) == ("cancelled", "replaced_by_next_run")
+    else:
+        assert world.run(old)["status"] == "running"
+        world.end(old, 0)
+        assert (world.run(old)["status"], world.run(old)["exit_code"]) == ("succeeded", 0)
+    assert world.run(new)["status"] == "running"
+    assert world.mismatches() == []
+    world.rows_agree(cron)
+
+
+def test_overlapping_runs_of_one_cron_are_each_closed_by_their_own_end(world: ReleaseWorld) -> None:
+    cron = world.add_cron("overlap")
+    first, second = world.shell(cron, 601, "overlap_1/a.log", now_s()), world.shell(cron, 602, "overlap_1/b.log",
+                                                                                      now_s() + 2)
+    world.start(first)
+    world.start(second)
+    world.end(first, 3)
+    world.end(second, 0)
+    assert (world.run(first)["status"], world.run(second)["status"]) == ("failed", "succeeded")
+    assert world.mismatches() == []
+    world.rows_agree(cron)
+
+
+def test_a_replayed_end_changes_nothing(world: ReleaseWorld) -> None:
+    cron = world.add_cron("replayed")
+    shell = world.shell(cron, 701, "replayed_1/a.log", now_s())
+    world.start(shell)
+    world.end(shell, 0)
+    closed = world.run(shell)
+    world.end(shell, 0)
+    assert world.run(shell) == closed and world.run_count(cron) == 1
+    assert world.mismatches() == []
+    world.rows_agree(cron)
+
+
+def test_a_stop_cancels_only_the_executions_the_release_kills(world: ReleaseWorld) -> None:
+    """v2.17–v2.19 kill the pid the Crontabs row holds (the newest start's); v2.20 every shell of the cron."""
+    cron = world.add_cron("two")
+    first, second = world.shell(cron, 801, "two_1/a.log", now_s()), world.shell(cron, 802, "two_1/b.log", now_s() + 1)
+    world.start(first)
+    world.start(second)
+    shells = {first.pid: first, second.pid: second}
+    world.double.on_kill(lambda _cron, pid: world.end(shells[pid], None, trapped=True, to="bridge"))
+    world.twin.on_kill(lambda _cron, pid: world.end(shells[pid], None, trapped=True, to="twin"))
+    world.stop(cron)
+    assert world.run(second)["error_code"] == "cancelled_by_user"
+    if world.release.stop_kills_every_instance:
+        assert world.run(first)["error_code"] == "cancelled_by_user"
+    else:
+        assert world.run(first)["status"] == "running"  # 2.x never signalled it: it runs on
+        world.end(first, 0)
+        assert (world.run(first)["status"], world.run(first)["exit_code"]) == ("succeeded", 0)
+    assert world.mismatches() == []
+    world.rows_agree(cron)
