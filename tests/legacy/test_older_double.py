@@ -146,3 +146,21 @@ def test_boot_reset_sets_every_row_idle_and_nothing_else(tmp_path: Path) -> None
 def test_the_v2_21_release_is_not_this_doubles(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         OlderLegacy2xDouble(create_legacy_data_dir(tmp_path / "ql"), profile_for("2.21.0", "test"))
+
+
+def test_v2_17_reads_open_tokens_from_the_apps_table_and_answers_in_english(tmp_path: Path) -> None:
+    """v2.17 has no keyv cache and no i18n (back/loaders/express.ts, back/services/open.ts at v2.17.13)."""
+    data = create_legacy_data_dir(tmp_path / "ql", release="v2.17.13")
+    assert not data.keyv_path.exists()
+    with OlderLegacy2xDouble(data, profile_for("2.17.13", "test")).start() as double, \
+            httpx.Client(base_url=double.url, timeout=10) as client:
+        cron = data.add_cron("a", "task a.sh", "0 * * * *")
+        assert status(double, client, render_status_body(cron, 0, 7, "a_1/x.log", BEGIN)).status_code == 200
+        body = render_status_body(cron, 1, 7, "a_1/x.log", BEGIN, 3)
+        expired = client.put("/open/crons/status", content=body,
+                             headers={"Authorization": f"Bearer {data.expired_token}"})
+        missing = client.put("/open/crons/status", content=body)
+        assert (expired.status_code, expired.json()) == (401, {"code": 401, "message": "jwt malformed"})
+        assert (missing.status_code, missing.json()) == (
+            401, {"code": 401, "message": "No authorization token was found"})
+        assert not data.keyv_path.exists()
