@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,16 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from bridge.bootstrap import Store
 from bridge.callbacks.interception import ShadowInterceptor
 from bridge.callbacks.routes import StopRoute
+from bridge.config import Settings
 from bridge.service.ports import StaticModes
 from bridge.service.run_service import RunService
 from bridge.storage.reconcile_queries import SqlReconcileStore
 from bridge.storage.schema import mismatches_table, runs_table
 from legacy_adapters.callbacks import log_path_digest, render_status_body
+from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.release_readers import open_legacy_records
 from legacy_adapters.releases import ReleaseProfile, profile_for
 from legacy_adapters.shell_report import EXIT_CODE_HEADER, TRAPPED_HEADER
@@ -43,6 +47,13 @@ ROW = ("status", "pid", "log_path", "last_execution_time", "last_running_time")
 # finished_at is each double's clock at the end: a second apart between the two, so only its presence is compared
 INSTANCE_ROW = ("cron_id", "pid", "log_path", "status", "started_at", "exit_code")
 SIGTERM_EXIT = 143  # a v2.21 trap's $? after TERM (docs/legacy-2x.md#callback-senders)
+
+
+class OutOfLegacyNamespace(ProcProbe):
+    """This machine's /proc seen from another pid namespace than 2.x's: no process is proved alive or gone."""
+
+    def sees_legacy(self) -> bool:
+        return False
 
 
 def double_for(data: LegacyDataDir, release: ReleaseProfile) -> Legacy2xDouble:
@@ -72,6 +83,8 @@ class ReleaseWorld:
     store: SqlReconcileStore
     http: httpx.Client
     twin_http: httpx.Client
+    settings: Settings
+    bridge: Store
 
     def add_cron(self, name: str, schedule: str = "0 * * * *", **cols: Any) -> int:
         cron = self.data.add_cron(name, f"task {name}.sh", schedule, **cols)
@@ -97,12 +110,36 @@ class ReleaseWorld:
         self.send(body, headers, to)
 
     def send(self, body: bytes, headers: dict[str, str] | None = None, to: str = "both") -> None:
+        """``to``: ``both`` (through the bridge, and to the twin), ``bridge``, ``twin``, or ``around`` (to 2.x and
+        the twin, the bridge down: the seam block's failover sends 2.x's call unchanged)."""
+        if to == "around":
+            self.put(self.http, "/open/crons/status", body)
         if to in ("both", "bridge"):
             prepared = self.interceptor.before_forward(SHELL_STATUS, body, headers)
             reply = self.put(self.http, "/open/crons/status", body)
             self.interceptor.after_forward(prepared, reply.status_code, reply.content)
-        if to in ("both", "twin"):
+        if to in ("both", "twin", "around"):
             self.put(self.twin_http, "/open/crons/status", body)
+
+    def write_log(self, shell: Shell, duration_s: int | None = None) -> None:
+        """The task log the release's shell writes: its start line, and once it has ended its end line."""
+        log = self.data.log_dir / shell.log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        begun = datetime.fromtimestamp(shell.begin, UTC)
+        text = f"## 开始执行... {begun:%Y-%m-%d %H:%M:%S}\n\nwork\n"
+        if duration_s is not None:
+            ended = datetime.fromtimestamp(shell.begin + duration_s, UTC)
+            text += f"\n## 执行结束... {ended:%Y-%m-%d %H:%M:%S}  耗时 {duration_s} 秒　　　　　\n"
+        log.write_text(text, encoding="utf-8")
+
+    def restart(self) -> dict[str, int]:
+        """A new bridge process's startup recovery, as `serve` runs it: its reader and evidence chosen by bootstrap
+        for the release the settings name."""
+        return dict(wiring.recover(self.settings, self.bridge, probe=OutOfLegacyNamespace()))
+
+    def reconcile(self) -> None:
+        reconciler = wiring.reconciler(self.settings, self.bridge, StaticModes(ORIGINS), probe=OutOfLegacyNamespace())
+        assert reconciler.run_once().result == "ok"
 
     def on_kill_trap(self, shell: Shell) -> None:
         """Each double's kill runs the shell's trap, whose end reaches that double (through the bridge or not)."""
@@ -187,7 +224,8 @@ def world(request: pytest.FixtureRequest, sql_backend: Backend, tmp_path: Path) 
             httpx.Client(base_url=double.url, timeout=10) as http, \
             httpx.Client(base_url=twin.url, timeout=10) as twin_http:
         yield ReleaseWorld(release, data, double, twin, interceptor, bridge.runs,
-                         SqlReconcileStore(sql_backend.engine), http, twin_http)  # type: ignore[arg-type]
+                           SqlReconcileStore(sql_backend.engine), http, twin_http,  # type: ignore[arg-type]
+                           settings, bridge)
     interceptor.close()
 
 
@@ -334,3 +372,31 @@ def test_a_stop_cancels_only_the_executions_the_release_kills(world: ReleaseWorl
         assert (world.run(first)["status"], world.run(first)["exit_code"]) == ("succeeded", 0)
     assert world.mismatches() == []
     world.rows_agree(cron)
+
+
+def test_a_bridge_restart_mid_run_keeps_the_live_run_and_closes_the_ended_one_as_2x_records_it(
+        world: ReleaseWorld) -> None:
+    """The bridge stops while two executions run and starts again: the one still running keeps its Run open for its
+    end; the one whose end went around the bridge to 2.x closes as 2.x's records say: v2.21's row (its exit code),
+    before, the cron row and the log (its duration; no outcome). Then reconcile finds nothing false."""
+    live_cron, gone_cron = world.add_cron("live"), world.add_cron("gone")
+    begin = now_s() - 10
+    live = world.shell(live_cron, 901, f"live_{live_cron}/{begin}.log", begin)
+    gone = world.shell(gone_cron, 902, f"gone_{gone_cron}/{begin}.log", begin)
+    world.start(live)
+    world.start(gone)
+    world.write_log(live)
+    world.end(gone, 0, to="around")  # the bridge is down: the seam block sends 2.x's call unchanged
+    world.write_log(gone, duration_s=3)
+    world.restart()
+    assert world.run(live)["status"] == "running"
+    if world.release.has_running_instances:
+        assert (world.run(gone)["status"], world.run(gone)["exit_code"]) == ("succeeded", 0)
+    else:
+        assert (world.run(gone)["status"], world.run(gone)["exit_code"]) == ("ended", None)
+    world.end(live, 0)
+    assert (world.run(live)["status"], world.run(live)["exit_code"]) == ("succeeded", 0)
+    world.reconcile()
+    assert world.mismatches() == []
+    world.rows_agree(live_cron)
+    world.rows_agree(gone_cron)

@@ -37,8 +37,8 @@ from bridge.service.reconcile import ReconcileStore, UnfinishedRuns
 from bridge.service.run_service import RunService
 from bridge.service.shadow import ShadowRecorder
 from bridge.storage.unit_of_work import SqlUnitOfWork
+from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.process_identity import ProcProbe
-from legacy_adapters.reader import LegacyReader
 
 TEST_WORLD = {"BRIDGE_LEGACY_SCHEDULER": "system", "BRIDGE_LEGACY_TZ": "UTC", "BRIDGE_SHADOW_BUDGET_MS": "5000"}
 
@@ -57,7 +57,7 @@ def store_on(engine: Engine, uow: object | None = None, *, metrics: ServiceMetri
     return Store(engine=engine, uow=uow, runs=RunService(uow, clock=SystemClock(), metrics=metrics))
 
 
-def stop_decisions(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
+def stop_decisions(settings: Settings, store: Store, *, reader: LegacyRecords | None = None,
                    keep_ends: bool = True) -> StopDecisions:
     """bootstrap.build_stop_decisions with a recorder of their own (as a second process would have);
     ``keep_ends=False``: an end with a signal exit closes its Run at once."""
@@ -66,7 +66,7 @@ def stop_decisions(settings: Settings, store: Store, *, reader: LegacyReader | N
 
 
 def callback_path(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
-                  reader: LegacyReader | None = None, keep_ends: bool = True,
+                  reader: LegacyRecords | None = None, keep_ends: bool = True,
                   on_primary_commit: Callable[[], None] = lambda: None, keeper: FactKeeper | None = None,
                   clock: Clock | None = None) -> CallbackPath:
     """bootstrap.build_callback_path: the interceptor and the stop decisions it feeds, recording through one
@@ -77,7 +77,7 @@ def callback_path(settings: Settings, store: Store, modes: ModeSource, *, metric
 
 
 def interceptor(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
-                reader: LegacyReader | None = None, keep_ends: bool = True,
+                reader: LegacyRecords | None = None, keep_ends: bool = True,
                 on_primary_commit: Callable[[], None] = lambda: None) -> ShadowInterceptor:
     """The interceptor of ``callback_path``. The caller closes it."""
     return callback_path(settings, store, modes, metrics=metrics, reader=reader, keep_ends=keep_ends,
@@ -85,7 +85,7 @@ def interceptor(settings: Settings, store: Store, modes: ModeSource, *, metrics:
 
 
 def reconciler(settings: Settings, store: Store, modes: ModeSource, *, metrics: BridgeMetrics | None = None,
-               reader: LegacyReader | None = None, reconcile_store: ReconcileStore | None = None,
+               reader: LegacyRecords | None = None, reconcile_store: ReconcileStore | None = None,
                probe: ProcProbe | None = None) -> Reconciler:
     """bootstrap.build_reconciler without flags: ``modes`` decides, and every origin counts as enabled from the
     start. Grace, tolerance and lookback come from ``settings`` (BRIDGE_RECONCILE_*). Pass the test's own
@@ -94,13 +94,13 @@ def reconciler(settings: Settings, store: Store, modes: ModeSource, *, metrics: 
                             reconcile_store=reconcile_store, probe=probe)
 
 
-def recover(settings: Settings, store: Store, *, reader: LegacyReader | None = None,
+def recover(settings: Settings, store: Store, *, reader: LegacyRecords | None = None,
             probe: ProcProbe | None = None) -> Counter[str]:
     """Startup recovery as `ql-bridge serve` runs it (bootstrap.recover_unfinished_runs)."""
     return recover_unfinished_runs(settings, store, reader=reader, probe=probe)
 
 
-def recover_over(store: UnfinishedRuns, runs: RunService, reader: LegacyReader, pending: PendingEndStore, *,
+def recover_over(store: UnfinishedRuns, runs: RunService, reader: LegacyRecords, pending: PendingEndStore, *,
                  metrics: RecoveryMetrics | None = None) -> Counter[str]:
     """bridge.jobs.recovery.recover_on_startup over a test's own stores, its stop decisions and recorder wired
     as bootstrap wires them for startup recovery."""
