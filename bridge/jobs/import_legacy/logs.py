@@ -12,6 +12,8 @@ Keys: ``legacy-import:<cron>:None:<log digest>:<start ms>`` (bridge.domain.keys.
 holds no pid). An execution already recorded by its callbacks has a Run under its execution key, which needs the
 pid; so the store is also asked for a Run of the same cron and log digest, which the callbacks' Runs carry too.
 A second import finds every key and adds nothing. There is no resume cursor: a rescan skips by those keys.
+On a store with one writer at a time the writes are paced as the instance import's are (pacing.py), so a serving
+bridge's shadow writes keep their budget while the logs are imported.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from bridge.jobs.import_legacy.job import (
     _chunks,
     opened_import,
 )
+from bridge.jobs.import_legacy.pacing import IMPORT_WRITE_BUDGET_MS, Pacing
 from bridge.jobs.import_legacy.plan import DELETED_CRON_REVISION, IMPORT_EVIDENCE, Builder
 from bridge.jobs.import_legacy.summary import ImportSummary
 from bridge.service.imports import ImportStore
@@ -64,22 +67,31 @@ _SYNTH = {"synthesized": True}
 def run_log_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
                    open_reader: Callable[[Path], LegacyRecords], clock: Clock, logs: LogDirectory,
                    batch_size: int = DEFAULT_BATCH_SIZE, console: Console | None = None,
-                   **_cursor_and_pacing: Any) -> ImportSummary:
+                   write_budget_ms: int = IMPORT_WRITE_BUDGET_MS, **_cursor: Any) -> ImportSummary:
     """Import 2.x's task logs into the bridge store; returns what was done. The crons are read from a private
-    copy of 2.x's database, as ``run_import`` reads it. Raises as ``run_import`` does."""
+    copy of 2.x's database, as ``run_import`` reads it; ``batch_size`` logs are read at a time and written in
+    batches of at most that many (on SQLite, as many as ``write_budget_ms`` of write lock allows). Raises as
+    ``run_import`` does."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     started = time.monotonic()
     with opened_import(settings, open_reader, open_store) as (reader, store):
+        pacing = Pacing(batch_size, write_budget_ms / 1000) if store.single_writer else None
         uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
                                   busy_attempts=IMPORT_BUSY_ATTEMPTS)
         crons = {cron.id: cron for cron in reader.iter_crons()}
         folders = {cron.log_name: cron.id for cron in crons.values() if cron.log_name and cron.log_name != NO_LOG}
         summary = ImportSummary(notes=["2.x keeps no RunningInstances before v2.21: history read from its task "
                                        "logs (no resume cursor; the keys skip what is already there)"])
-        for batch in _chunks(logs.scan(0, None, folders), batch_size):
+        chunks = _chunks(logs.scan(0, None, folders), batch_size)
+        for batch in (b for chunk in chunks for b in pacing.batches(chunk)) if pacing else chunks:
+            began: list[float] = []  # when the write transaction had taken the lock
+            if pacing is not None:
+                pacing.wait_turn()
             counts = uow.write(partial(_write, batch=batch, crons=crons, at_ms=clock.now_ms(),
-                                       payload_cap_bytes=settings.payload_cap_bytes))
+                                       payload_cap_bytes=settings.payload_cap_bytes, began=began))
+            if pacing is not None:
+                pacing.written(len(batch), time.monotonic() - began[-1])
             summary._add(counts)
             summary.unfinished_logs += counts["unfinished_logs"]
             summary.total += len(batch)
@@ -91,8 +103,9 @@ def run_log_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
 
 
 def _write(store: ImportStore, batch: list[LoggedExecution], crons: dict[int, LegacyCron], at_ms: int,
-           payload_cap_bytes: int) -> Counter[str]:
+           payload_cap_bytes: int, began: list[float]) -> Counter[str]:
     """One batch in one transaction: what is already there (by key, or by cron and log digest) is skipped."""
+    began.append(time.monotonic())  # inside the transaction: the write lock is held from here
     counts: Counter[str] = Counter(scanned=len(batch))
     keys = {logged.log_path: _key(logged) for logged in batch}
     present = store.existing_keys(PROJECT_ID, [k for k in keys.values() if k is not None])
