@@ -23,6 +23,7 @@ from bridge.storage.engine import make_engine
 from bridge.storage.memory import InMemoryUnitOfWork
 from bridge.storage.migrate import upgrade
 from bridge.storage.unit_of_work import SqlUnitOfWork
+from tests.support import qinglong_source
 
 POSTGRES_URL_VAR = "BRIDGE_TEST_POSTGRES_URL"
 
@@ -63,6 +64,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
         terminalreporter.write_line(
             f"NOTE: {POSTGRES_URL_VAR} is not set: the PostgreSQL half of the contract suite was SKIPPED. "
             f"Set it (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test) to run it.", yellow=True)
+    without_shells = [r for r in terminalreporter.stats.get("skipped", [])
+                      if qinglong_source.UNAVAILABLE in str(getattr(r, "longrepr", ""))]
+    if without_shells:
+        terminalreporter.write_line(f"NOTE: {len(without_shells)} tests that run 2.x's own shells were SKIPPED: "
+                                    f"{qinglong_source.UNAVAILABLE}.", yellow=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def qinglong_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """2.x's shells, when a test needs them, are unpacked once per tag under this session's temporary directory."""
+    qinglong_source.cache_under(tmp_path_factory)
 
 
 @dataclass

@@ -15,8 +15,8 @@ import pytest
 from legacy_adapters.seam_block import BEGIN, END, find_blocks
 from tests.cli.conftest import Cli, one_line_failure, read_only_mount
 from tests.support.listeners import BRIDGE_LIVEZ, PANEL_PAGE, answering, unused_port
+from tests.support.qinglong_source import release_dir
 
-RELEASES = Path(__file__).resolve().parents[1] / "releases"
 # The block an earlier `seam install` wrote (it probed /livez and exported QlPort), as it wrote it.
 EARLIER_BLOCK = (f"{BEGIN}: installed 2026-12-05T06:40:00Z by `ql-bridge seam install`; `ql-bridge seam remove` "
                  "takes it out >>>\n") + """\
@@ -259,7 +259,7 @@ def test_status_and_the_doctor_say_when_no_bridge_answers_where_the_block_sends_
 @pytest.mark.parametrize("tag", ["v2.17.13", "v2.18.3", "v2.19.2"])
 def test_up_to_v2_19_status_and_the_doctor_say_shells_call_5600_never_5700(cli: Cli, config: Path, bridge: int,
                                                                             tag: str) -> None:
-    release = {"BRIDGE_LEGACY_INSTALL_DIR": str(RELEASES / tag)}  # its own version.yaml names it
+    release = {"BRIDGE_LEGACY_INSTALL_DIR": str(release_dir(tag))}  # its own version.yaml names it
     config.write_text("## user settings\n")  # the dry run's diff is read as text here
 
     before, doctor = cli("seam", "status", **release), cli("doctor", **release)
@@ -278,7 +278,7 @@ def test_install_refuses_a_release_that_sources_config_sh_before_its_callback_fu
                                                                                         bridge: int) -> None:
     before = files(config.parent)
 
-    line = one_line_failure(cli("seam", "install", BRIDGE_LEGACY_INSTALL_DIR=str(RELEASES / "v2.17.8")))
+    line = one_line_failure(cli("seam", "install", BRIDGE_LEGACY_INSTALL_DIR=str(release_dir("v2.17.8"))))
 
     assert "seam install refused: 2.x v2.17.8 sources config.sh before api.sh" in line
     assert "nothing was changed" in line and files(config.parent) == before

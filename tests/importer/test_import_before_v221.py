@@ -1,5 +1,5 @@
 """`import-legacy` on releases without RunningInstances: the history is read from the task logs the release's own
-shells write (tests/releases/<tag>/shell), keyed so that a second import, or an execution its callbacks already
+shells write (tests/legacy/release_shells.py), keyed so that a second import, or an execution its callbacks already
 recorded, adds nothing."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A 2.x install of a given release for doctor tests: its install directory (the tag's own version.yaml), its data
 directory (the test double's, shaped to the release's tables), a process that looks like its backend to /proc,
-the tag's own shell functions to name a log, and a double of a pre-v2.19 backend's HTTP answers."""
+the tag's own shell functions to name a log, and a double of a pre-v2.19 backend's HTTP answers. The tag's files
+come from 2.x's source at test time (tests/support/qinglong_source.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
+from tests.support.qinglong_source import release_dir
 
-RELEASES = Path(__file__).resolve().parents[1] / "releases"
 # What 2.x's shells name a log and send as its begin, by the tag's own functions: format_params, handle_log_path's
 # clock reading, format_log_time and init_begin_time (task.sh, share.sh). Prints "<log time> <begin unix s>".
 _LOG_NAME_SH = r"""
@@ -42,8 +43,8 @@ class Install:
 def make_install(where: Path, tag: str, *, version: str | None = None) -> Install:
     """``where`` laid out as 2.x's image lays /ql out at ``tag``; ``version`` overrides version.yaml's version.
     Before v2.21 the database has no RunningInstances or CrontabStats (docs/legacy-2x.md#status-handler-before-v221)."""
+    text = (release_dir(tag) / "version.yaml").read_text(encoding="utf-8")
     where.mkdir(parents=True)
-    text = (RELEASES / tag / "version.yaml").read_text(encoding="utf-8")
     if version is not None:
         text = "\n".join(f"version: {version}" if line.startswith("version:") else line for line in text.splitlines())
     (where / "version.yaml").write_text(text, encoding="utf-8")
@@ -56,7 +57,7 @@ def make_install(where: Path, tag: str, *, version: str | None = None) -> Instal
 
 def shell_log_name(tag: str, zone: str) -> tuple[str, int]:
     """(log file name, begin unix s) as ``tag``'s task.sh computes them now in ``zone``."""
-    out = subprocess.run(["bash", "-c", _LOG_NAME_SH, "log-name", str(RELEASES / tag / "shell")],
+    out = subprocess.run(["bash", "-c", _LOG_NAME_SH, "log-name", str(release_dir(tag) / "shell")],
                          env={"PATH": os.environ["PATH"], "TZ": zone}, capture_output=True, text=True, check=True)
     log_time, begin = out.stdout.split()
     return f"{log_time}.log", int(begin)

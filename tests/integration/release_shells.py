@@ -1,8 +1,9 @@
-"""A sandbox that runs a vendored 2.x release's REAL task shell (tests/releases/<tag>/shell/task.sh, unchanged) the
-way 2.x's scheduler spawns it, and two recording HTTP listeners: one standing for the bridge, one for 2.x.
+"""A sandbox that runs a 2.x release's REAL task shell (its tag's shell/task.sh, unchanged:
+tests/support/qinglong_source.py) the way 2.x's scheduler spawns it, and two recording HTTP listeners: one standing
+for the bridge, one for 2.x.
 
-Everything 2.x's shell touches lives under the test's tmp_path: `QL_DIR` (its `shell/` links to the vendored
-scripts), `QL_DATA_DIR` (config.sh, token.json, the scripts, the logs). Nothing here edits a vendored file.
+Everything 2.x's shell touches lives under the test's tmp_path: `QL_DIR` (the tag's shell scripts and version.yaml,
+copied), `QL_DATA_DIR` (config.sh, token.json, the scripts, the logs). Nothing here edits one of 2.x's files.
 What cannot run here is replaced on PATH by a stand-in: `pnpm` (v2.19+ `init_env` and v2.21 `otask.sh` ask
 `pnpm root -g` and would link its global modules into `$QL_DIR/node_modules`; the stand-in has none) and `node`
 (only `create_token` would call it, and the sandbox's token.json is valid, so a call fails the run loudly).
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from legacy_adapters.releases import ReleaseProfile, profile_for
 from legacy_adapters.seam_block import render_block
+from tests.support.qinglong_source import install, stand_in
 
-RELEASES = Path(__file__).resolve().parents[1] / "releases"
 TOKEN = "sandbox-token"
 CRON_ID = "12"
 STATUS_PATH = "/open/crons/status"
@@ -146,7 +146,7 @@ class Sandbox:
 
     @property
     def profile(self) -> ReleaseProfile:
-        return profile_for(self.tag, "tests/releases")
+        return profile_for(self.tag, str(self.ql_dir / "version.yaml"))
 
     @property
     def ql_dir(self) -> Path:
@@ -161,10 +161,7 @@ class Sandbox:
         return self.data_dir / "config" / "config.sh"
 
     def prepare(self) -> Sandbox:
-        (self.ql_dir / "shell").mkdir(parents=True)
-        for vendored in (RELEASES / self.tag / "shell").iterdir():  # linked one by one: shell/preload is ours
-            (self.ql_dir / "shell" / vendored.name).symlink_to(vendored)
-        shutil.copy(RELEASES / self.tag / "version.yaml", self.ql_dir / "version.yaml")
+        install(self.tag, self.ql_dir)
         for folder in ("config", "scripts", "log"):
             (self.data_dir / folder).mkdir(parents=True)
         self.config_sh.write_text("## 2.x's config.sh (sandbox)\nRandomDelay=\"\"\n")
@@ -173,9 +170,8 @@ class Sandbox:
         far = int(time.time()) + 365 * 86400
         (self.data_dir / "config" / "token.json").write_text(json.dumps({"value": TOKEN, "expiration": far}))
         bin_dir = self.root / "bin"
-        bin_dir.mkdir()
-        _stand_in(bin_dir / "pnpm", "exit 1")  # no global pnpm modules here
-        _stand_in(bin_dir / "node", 'echo "node stand-in: the sandbox must not need node ($*)" >&2; exit 97')
+        stand_in(bin_dir / "pnpm", "exit 1")  # no global pnpm modules here
+        stand_in(bin_dir / "node", 'echo "node stand-in: the sandbox must not need node ($*)" >&2; exit 97')
         (bin_dir / "python3").symlink_to(sys.executable)
         return self
 
@@ -224,11 +220,6 @@ class Sandbox:
     def stop(self, process: subprocess.Popen[str]) -> None:
         """What 2.x's stop does to a running task: SIGTERM to the shell and its descendants."""
         os.killpg(process.pid, signal.SIGTERM)
-
-
-def _stand_in(path: Path, body: str) -> None:
-    path.write_text(f"#!/bin/sh\n{body}\n")
-    path.chmod(0o755)
 
 
 def wait_until(condition, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]

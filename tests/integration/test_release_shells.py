@@ -1,6 +1,6 @@
-"""The seam block in each vendored release's REAL task shell (tests/releases/<tag>/shell, unchanged), run as 2.x's
-scheduler spawns it (release_shells.py), with two recording listeners: the bridge, and 2.x at the address that
-release's shell calls (the literal 0.0.0.0:5600 up to v2.19, `QlPort` from v2.20;
+"""The seam block in each release's REAL task shell (its tag's shell/, unchanged: tests/support/qinglong_source.py),
+run as 2.x's scheduler spawns it (release_shells.py), with two recording listeners: the bridge, and 2.x at the
+address that release's shell calls (the literal 0.0.0.0:5600 up to v2.19, `QlPort` from v2.20;
 docs/legacy-2x.md#callback-target-before-v221). Per release it proves: the bridge gets start and end with 2.x's
 own body bytes and headers, plus the exit code where the shell knows it and the trap where it sent the end;
 2.x gets nothing while the bridge answers; 2.x gets every callback the bridge could not, byte for byte as
@@ -50,7 +50,7 @@ class Release:
 
 @pytest.fixture(params=TAGS)
 def release(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Release]:
-    profile = profile_for(request.param, "tests/releases")
+    profile = profile_for(request.param, "test")
     with ExitStack() as stack:
         if profile.fixed_callback_port is not None:  # to v2.19: the literal http://0.0.0.0:5600, whatever QlPort says
             legacy = stack.enter_context(recording("0.0.0.0", profile.fixed_callback_port))

@@ -1,7 +1,7 @@
 """The ql-bridge block fails safe per callback, checked the way 2.x runs it: real bash sources config.sh as
 `shell/share.sh` `import_config` does, from the environment of 2.x's backend (both README layouts), and the
 checks ask bash where the shells' callbacks go; then `ql-bridge seam install` against a real `ql-bridge serve`
-and 2.x's task shell double, bridge up and down. Every vendored release's real shell: test_release_shells.py.
+and 2.x's task shell double, bridge up and down. Every release's own real shell: test_release_shells.py.
 """
 
 from __future__ import annotations

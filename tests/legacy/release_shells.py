@@ -1,4 +1,5 @@
-"""2.x's own task shells (tests/releases/<tag>/shell), run for real to leave the log files a release writes.
+"""2.x's own task shells at a release tag (tests/support/qinglong_source.py), run for real to leave the log files a
+release writes.
 
 ``task.sh`` runs as crond or Node would spawn it (``real_time=false no_tee=true ID=<id>``), against a test's data
 dir. Its callbacks go nowhere: ``curl`` on its PATH is ``refused_curl``, a double of a backend that is not
@@ -8,28 +9,24 @@ listening (curl's exit 7, nothing printed), so no test ever calls whatever happe
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 from legacy_adapters.testing.datadir import LegacyDataDir
+from tests.support import qinglong_source
 
-RELEASES = Path(__file__).resolve().parents[1] / "releases"
 PRE_V221 = ("v2.17.13", "v2.18.1", "v2.18.3", "v2.19.2", "v2.20.2")
-_REFUSED_CURL = "#!/bin/sh\n# double: no backend listens, as curl reports a refused connection\nexit 7\n"
+_REFUSED_CURL = "# double: no backend listens, as curl reports a refused connection\nexit 7"
 
 
 def install(release: str, root: Path) -> Path:
-    """A QL_DIR with ``release``'s shell folder and a PATH folder holding the refused curl; returns QL_DIR."""
+    """A QL_DIR with ``release``'s shells and a PATH folder holding the refused curl; returns QL_DIR."""
     ql_dir = root / f"ql-{release}"
     if not ql_dir.exists():
-        shutil.copytree(RELEASES / release / "shell", ql_dir / "shell")
-        bin_dir = ql_dir / "test-bin"
-        bin_dir.mkdir()
-        (bin_dir / "curl").write_text(_REFUSED_CURL)
-        (bin_dir / "curl").chmod(0o755)
+        qinglong_source.install(release, ql_dir)
+        qinglong_source.stand_in(ql_dir / "test-bin" / "curl", _REFUSED_CURL)
     return ql_dir
 
 

@@ -1,4 +1,4 @@
-"""legacy_adapters.log_files against the log files 2.x's own task shells write (tests/releases/<tag>/shell)."""
+"""legacy_adapters.log_files against the log files 2.x's own task shells write (tests/legacy/release_shells.py)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,7 @@ from legacy_adapters.releases import (
     profile_for,
     read_install_version,
 )
-
-RELEASES = Path(__file__).parents[1] / "releases"
+from tests.support.qinglong_source import TAGS, release_dir
 
 
 @pytest.mark.parametrize(("version", "port", "exit_code", "empty_pid", "marker", "health", "queued"), [
@@ -54,10 +53,10 @@ def test_a_release_the_bridge_does_not_know_is_refused_by_name(version: str, wor
         profile_for(version, "t")
 
 
-@pytest.mark.parametrize("tag", sorted(p.name for p in RELEASES.iterdir() if p.is_dir()))
+@pytest.mark.parametrize("tag", TAGS)
 def test_every_tags_own_version_file_is_read(tag: str) -> None:
-    assert f"v{read_install_version(RELEASES / tag)}" == tag
-    assert profile_for(read_install_version(RELEASES / tag) or "", "t").name == tag
+    assert f"v{read_install_version(release_dir(tag))}" == tag
+    assert profile_for(read_install_version(release_dir(tag)) or "", "t").name == tag
 
 
 def _database(path: Path, *, instances: bool, log_name: bool) -> None:
