@@ -461,6 +461,8 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
     from bridge.service.shadow import ShadowRecorder
     from legacy_adapters.scheduler_mode import resolve_scheduler_mode
 
+    if release is None and settings.legacy_data_dir is not None:
+        release = decide_legacy_release(settings, reader)  # once, for the reader and the stop decisions
     reader = reader or build_legacy_reader(settings, release=release)
     clock = clock or SystemClock()
     recorder = ShadowRecorder(store.runs)
