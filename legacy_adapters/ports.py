@@ -46,6 +46,11 @@ class LegacyRecords(Protocol):
         """The per-execution rows of ``cron_id`` with ``pid`` that 2.x inserted around ``at_ms``, newest first."""
         ...
 
+    def crons_stamped(self, updated_at: str) -> int:
+        """How many Crontabs rows carry exactly this ``updatedAt``: one statement's rows share it to the
+        millisecond (2.x's boot idles every row in one)."""
+        ...
+
     def begun_logs(self, limit: int) -> list[tuple[str | None, float | None]]:
         """The log paths of the ``limit`` latest executions beside their begin second, newest first: the
         evidence of the zone 2.x names its logs in."""

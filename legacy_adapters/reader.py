@@ -193,6 +193,13 @@ class LegacyReader:
         rows = self._fetch(f"{select} WHERE id = ?", (cron_id,)) if select else []
         return cron_from_row(dict(rows[0])) if rows else None
 
+    def crons_stamped(self, updated_at: str) -> int:
+        """How many Crontabs rows carry exactly this ``updatedAt`` (2.x writes it as text that sorts in time
+        order, to the millisecond; docs/legacy-2x.md#crontabs)."""
+        if "updatedAt" not in self.columns("Crontabs"):
+            return 0
+        return int(self._fetch('SELECT count(*) FROM "Crontabs" WHERE "updatedAt" = ?', (updated_at,))[0][0])
+
     def iter_crons(self, batch_size: int = 500) -> Iterator[LegacyCron]:
         """Every Crontabs row in id order, keyset-paged so no lock is held between pages."""
         select = self._select("Crontabs", list(CRON_COLUMNS.values()))

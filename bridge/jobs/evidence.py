@@ -23,7 +23,7 @@ from legacy_adapters.log_files import NO_LOG, LogDirectory, LoggedExecution
 from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.records import LegacyCron
 from legacy_adapters.schema import OUTCOME_NOT_REPORTED as OUTCOME_NOT_REPORTED_AS
-from legacy_adapters.schema import EndedAs, InstanceStatus, crontab_state, instance_outcome
+from legacy_adapters.schema import EndedAs, InstanceStatus, crontab_state, format_updated_at, instance_outcome
 from legacy_adapters.timeconv import duration_seconds_to_ms, epoch_seconds_to_ms
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ ENDED_WITHOUT_OUTCOME = OUTCOME_NOT_REPORTED_AS
 # How far before a Run's start second its log file may be named: runSingle names a panel run's file in Node, just
 # before the shell takes its begin second (docs/legacy-2x.md#log-paths).
 NAMED_BEFORE_START_S = 60
+# How many Crontabs rows one update must have stamped for it to be taken as 2.x's boot reset (which stamps every
+# row): more than a panel run's exit handler, which stamps one.
+BOOT_STAMPED_ROWS = 2
 
 
 class ExecutionState(StrEnum):
@@ -138,6 +141,8 @@ class LogFileEvidence:
             return logged_end(logged)
         if cron is not None and self.names_running(cron, run.log_ref, run.legacy_pid):
             return LegacyExecution(ExecutionState.RUNNING, "crontab")
+        if cron is not None and self.reset_by_boot(cron, run.log_ref, run.started_at_ms, logged):
+            return LegacyExecution(ExecutionState.STOPPED, "crontab", stop_code=ErrorCode.LEGACY_BOOT_RESET)
         if logged is not None:
             return LegacyExecution(ExecutionState.RUNNING, "log_file")  # no end line: nothing says it ended
         return None
@@ -148,6 +153,20 @@ class LogFileEvidence:
         return (crontab_state(cron.status, self.queued_status) != "idle"
                 and log_path_digest(cron.log_path) == log_ref
                 and (cron.pid is None or pid is None or cron.pid == pid))
+
+    def reset_by_boot(self, cron: LegacyCron, log_ref: str, started_at_ms: int | None,
+                      logged: LoggedExecution | None) -> bool:
+        """2.x's boot cut the execution off: its log has no end line (or its row still names it), and its cron
+        row was idled after it began by an update that stamped several rows at once, as the boot's reset of every
+        row does (docs/legacy-2x.md#crontabs-before-v221). A panel run's exit handler idles one row at a time, so
+        an install with a single cron cannot tell the two apart, and its Run stays open."""
+        if logged is not None and logged.ended or started_at_ms is None or not cron.updated_at:
+            return False
+        if logged is None and log_path_digest(cron.log_path) != log_ref:
+            return False
+        return (crontab_state(cron.status, self.queued_status) == "idle"
+                and cron.updated_at >= format_updated_at(started_at_ms)
+                and self._reader.crons_stamped(cron.updated_at) >= BOOT_STAMPED_ROWS)
 
     def find_log(self, cron_id: int, log_ref: str, started_at_ms: int | None,
                  cron: LegacyCron | None) -> LoggedExecution | None:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from bridge.domain.errors import BridgeError
-from bridge.domain.events import EventType
+from bridge.domain.events import ErrorCode, EventType
 from bridge.domain.keys import import_key
 from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import RUN_ACTIVE, Mode, Origin
@@ -183,7 +183,7 @@ class Reconciler:
         since_ms = now_ms - self._settings.lookback_s * 1000
         self._evidence.reconcile(PassContext(
             pass_id, since_ms, now_ms, stats, self._store, self._judged, self._pending, self._emit, self._missing,
-            partial(self._instance_rows, pass_id, since_ms, now_ms, stats),
+            partial(self._instance_rows, pass_id, since_ms, now_ms, stats), partial(self._cancel, stats=stats),
             self._probe if self._judges_processes else None, self._settings.grace_s, self._settings.tolerance_s,
             self._settings.batch_size))
         self._orphans_and_duplicates(pass_id, since_ms, now_ms, stats)
@@ -292,6 +292,11 @@ class Reconciler:
         else:
             self._emit(compare_ended(instance, run, self._settings.tolerance_s))
         return True
+
+    def _cancel(self, run: ComparedRun, code: ErrorCode, evidence: str, *, stats: dict[str, int]) -> None:
+        """2.x shows the execution stopped (before v2.21: its cron row and log): cancel its Run with ``code``."""
+        self._recorder.cancel_run(run.id, actor=RECONCILER, code=code, evidence=evidence)
+        stats["cancelled"] += 1
 
     def _recorded_again(self, key: str, run: ComparedRun, rows: list[LegacyInstance], again: bool) -> None:
         entry = self._replays.get(run.id)

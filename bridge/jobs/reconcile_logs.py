@@ -8,7 +8,9 @@ the closest in start time where several do. Then, past the grace window:
 - no Run: ``missing``, when its origin was being shadowed as it began (as for a RunningInstances row);
 - an ended Run: its start second, end second and a stop marker against the Run (``compare_logged``);
 - a Run still open: ``stuck`` when the log has an end line and the cron row has moved on (idle, or another
-  execution), or when its process is provably gone; the end never reached the bridge.
+  execution), or when its process is provably gone; the end never reached the bridge. Cancelled as a boot reset
+  when the log has no end line and 2.x's boot idled the cron row (``reset_by_boot``), as a v2.21 pass cancels a
+  Run whose instance row the boot stopped.
 
 A Run whose log file is not there (never written: ``/dev/null``; removed by ``ql rmlog``) is still 2.x's
 execution while its cron row names it (its log path and begin second): it is no orphan. Any other Run no log
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bridge.domain.events import ErrorCode
 from bridge.domain.model import RUN_ACTIVE, RunMode
 from bridge.service.pending_ends import PendingEndStore
 from bridge.service.reconcile import ComparedRun, ReconcileStore
@@ -47,6 +50,9 @@ class LoggedEvidence(Protocol):
 
     def names_running(self, cron: LegacyCron, log_ref: str, pid: int | None) -> bool: ...
 
+    def reset_by_boot(self, cron: LegacyCron, log_ref: str, started_at_ms: int | None,
+                      logged: LoggedExecution | None) -> bool: ...
+
 
 @dataclass
 class PassContext:
@@ -64,6 +70,7 @@ class PassContext:
     # counts if its origin was being shadowed when it began
     missing: Missing
     judge_instance_rows: Callable[[], None]  # the RunningInstances pass, which the reconciler keeps
+    cancel: Callable[[ComparedRun, ErrorCode, str], None]  # cancel(run, code, evidence): 2.x shows it stopped
     probe: ProcProbe | None  # None: 2.x's processes are not visible here, none is proved gone
     grace_s: int
     tolerance_s: int
@@ -126,6 +133,9 @@ class LogFilePass:
             if cron is None or not self._evidence.names_running(cron, logged.log_ref, run.pid):
                 ctx.emit(logged_stuck(logged, run, process_gone=False))
             return True
+        if cron is not None and self._evidence.reset_by_boot(cron, logged.log_ref, run.started_at_ms, logged):
+            ctx.cancel(run, ErrorCode.LEGACY_BOOT_RESET, "crontab")
+            return False  # the next pass compares the cancelled Run
         if ctx.probe is not None and \
                 ctx.probe.same_process(run.pid, ProcessHandle.from_json(run.executor_handle)) is False:
             ctx.emit(logged_stuck(logged, run, process_gone=True))

@@ -33,6 +33,7 @@ from legacy_adapters.callbacks import log_path_digest, render_status_body
 from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.release_readers import open_legacy_records
 from legacy_adapters.releases import ReleaseProfile, profile_for
+from legacy_adapters.schema import format_updated_at
 from legacy_adapters.shell_report import EXIT_CODE_HEADER, TRAPPED_HEADER
 from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_dir
 from legacy_adapters.testing.double import Legacy2xDouble
@@ -216,7 +217,7 @@ def world(request: pytest.FixtureRequest, sql_backend: Backend, tmp_path: Path) 
     data = create_legacy_data_dir(tmp_path / "ql", release=f"v{request.param}")
     twin_data = create_legacy_data_dir(tmp_path / "twin", tokens=[data.system_token], release=f"v{request.param}")
     settings = wiring.legacy_settings(data.root, BRIDGE_LEGACY_RELEASE=request.param,
-                                      BRIDGE_STOP_DECISION_WINDOW_S="0")
+                                      BRIDGE_STOP_DECISION_WINDOW_S="0", BRIDGE_RECONCILE_GRACE_S="0")
     bridge = wiring.store_on(sql_backend.engine, sql_backend.uow)  # type: ignore[arg-type]
     interceptor = wiring.interceptor(settings, bridge, StaticModes(ORIGINS),
                                      reader=open_legacy_records(release, data.database_path))
@@ -231,6 +232,11 @@ def world(request: pytest.FixtureRequest, sql_backend: Backend, tmp_path: Path) 
 
 def now_s() -> int:
     return int(time.time()) - 5
+
+
+def log_path(folder: str, begin_s: int) -> str:
+    """Where the release's shell writes an execution's log: ``<folder>/<begin, to the ms>.log`` (UTC here)."""
+    return f"{folder}/{datetime.fromtimestamp(begin_s, UTC):%Y-%m-%d-%H-%M-%S}-000.log"
 
 
 def test_a_succeeding_and_a_failing_run_close_by_the_exit_code_the_seam_block_reports(world: ReleaseWorld) -> None:
@@ -381,8 +387,8 @@ def test_a_bridge_restart_mid_run_keeps_the_live_run_and_closes_the_ended_one_as
     before, the cron row and the log (its duration; no outcome). Then reconcile finds nothing false."""
     live_cron, gone_cron = world.add_cron("live"), world.add_cron("gone")
     begin = now_s() - 10
-    live = world.shell(live_cron, 901, f"live_{live_cron}/{begin}.log", begin)
-    gone = world.shell(gone_cron, 902, f"gone_{gone_cron}/{begin}.log", begin)
+    live = world.shell(live_cron, 901, log_path(f"live_{live_cron}", begin), begin)
+    gone = world.shell(gone_cron, 902, log_path(f"gone_{gone_cron}", begin), begin)
     world.start(live)
     world.start(gone)
     world.write_log(live)
@@ -400,3 +406,48 @@ def test_a_bridge_restart_mid_run_keeps_the_live_run_and_closes_the_ended_one_as
     assert world.mismatches() == []
     world.rows_agree(live_cron)
     world.rows_agree(gone_cron)
+
+
+@pytest.mark.parametrize("noticed_by", ["reconcile", "restart"])
+def test_2x_restarting_while_an_execution_runs_cancels_its_run_as_a_boot_reset(world: ReleaseWorld,
+                                                                               noticed_by: str) -> None:
+    """2.x's boot sets every cron idle (and from v2.21 every running instance stopped); the task shell was killed
+    with its container and wrote no end line. On every release the Run is cancelled as a boot reset, by the next
+    reconcile pass or by the recovery of a bridge that restarted too: v2.21's stopped row says so, before v2.21
+    the Crontabs rows the boot idled all at once, beside a log without an end line."""
+    quiet = world.add_cron("quiet")
+    cron = world.add_cron("cut")
+    begin = now_s() - 30
+    shell = world.shell(cron, 951, log_path(f"cut_{cron}", begin), begin)
+    world.start(shell)
+    world.write_log(shell)
+    world.double.simulate_boot_reset()
+    world.twin.simulate_boot_reset()
+    world.reconcile() if noticed_by == "reconcile" else world.restart()
+    run = world.run(shell)
+    assert (run["status"], run["error_code"]) == ("cancelled", "legacy_boot_reset")
+    world.reconcile()  # the cancelled Run against 2.x's records: nothing to report
+    assert world.mismatches() == []
+    world.rows_agree(cron)
+    world.rows_agree(quiet)
+
+
+def test_a_shell_that_ends_without_its_end_callback_is_not_taken_for_a_boot_reset(world: ReleaseWorld) -> None:
+    """A ``.sh`` script's ``exit 3`` ends the task shell before its end line and callback. Up to v2.20 a panel run's
+    exit handler then idles that one cron row: one row stamped, not the boot's every row. Nothing says how it
+    ended, and the Run stays open as 2.x's record of it does."""
+    world.add_cron("other")
+    cron = world.add_cron("quits")
+    begin = now_s() - 30
+    shell = world.shell(cron, 961, log_path(f"quits_{cron}", begin), begin)
+    world.start(shell)
+    world.write_log(shell)
+    if world.release.idles_panel_runs_on_exit:  # runSingle's cp.on('exit'): this row idle, its pid left
+        for data in (world.data, world.twin.data_dir):
+            data.query("UPDATE Crontabs SET status = 1, updatedAt = ? WHERE id = ?",
+                       (format_updated_at(int(time.time() * 1000)), cron))
+    world.reconcile()
+    assert world.run(shell)["status"] == "running"
+    world.restart()
+    assert world.run(shell)["status"] == "running"
+    world.rows_agree(cron)
