@@ -181,12 +181,15 @@ class OlderLegacy2xDouble(Legacy2xDouble):
     def _run_single(self, cron_id: int) -> None:
         """runSingle: skipped unless still queued; spawns the child, then running with its pid and log path."""
         with closing(connect(self.data_dir.database_path)) as conn:
-            row = conn.execute("SELECT status, command, log_name FROM Crontabs WHERE id = ?", (cron_id,)).fetchone()
+            row = conn.execute("SELECT * FROM Crontabs WHERE id = ?", (cron_id,)).fetchone()
             if row is None or row["status"] != self.release.queued_status:
                 return
             pid = next(self._pids)
             stamp = datetime.fromtimestamp(self._clock(), self.data_dir.tz).strftime("%Y-%m-%d-%H-%M-%S-%f")[:-3]
-            log_path = f"{row['log_name'] or uniq_path(row['command'], cron_id)}/{stamp}.log"
+            # v2.20 names the folder log_name when set; before, the column does not exist and it is the uniq path
+            # (back/services/cron.ts at v2.19.2, v2.20.2)
+            log_name = row["log_name"] if "log_name" in row.keys() else None
+            log_path = f"{log_name or uniq_path(row['command'], cron_id)}/{stamp}.log"
             with immediate(conn):
                 conn.execute("UPDATE Crontabs SET status = ?, pid = ?, log_path = ?, updatedAt = ? WHERE id = ?",
                              (int(CrontabStatus.RUNNING), pid, log_path, self._stamp(), cron_id))

@@ -10,6 +10,7 @@ case says what the bridge records instead (``ended``, never a guessed outcome), 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,9 +45,8 @@ from tests.support.routes import SHELL_STATUS
 
 ORIGINS = frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"})
 RELEASES = ["2.17.13", "2.18.1", "2.18.3", "2.19.2", "2.20.2", "2.21.0"]
-ROW = ("status", "pid", "log_path", "last_execution_time", "last_running_time")
-# finished_at is each double's clock at the end: a second apart between the two, so only its presence is compared
-INSTANCE_ROW = ("cron_id", "pid", "log_path", "status", "started_at", "exit_code")
+ROW = ("status", "pid", "log_path", "last_execution_time", "last_running_time", "updatedAt")
+INSTANCE_ROW = ("cron_id", "pid", "log_path", "status", "started_at", "finished_at", "exit_code")
 SIGTERM_EXIT = 143  # a v2.21 trap's $? after TERM (docs/legacy-2x.md#callback-senders)
 
 
@@ -57,9 +57,31 @@ class OutOfLegacyNamespace(ProcProbe):
         return False
 
 
-def double_for(data: LegacyDataDir, release: ReleaseProfile) -> Legacy2xDouble:
+class PairedClock:
+    """The clock of two doubles given the same calls in the same order: each one's n-th read of the time is the
+    same moment (the first to read it takes it), so the rows they write match to the millisecond."""
+
+    def __init__(self) -> None:
+        self._moments: list[float] = []
+        self._reads: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def of(self, side: str) -> Callable[[], float]:
+        def read() -> float:
+            with self._lock:
+                n = self._reads.get(side, 0)
+                self._reads[side] = n + 1
+                if n == len(self._moments):
+                    self._moments.append(time.time())
+                return self._moments[n]
+        return read
+
+
+def double_for(data: LegacyDataDir, release: ReleaseProfile, clock: Callable[[], float]) -> Legacy2xDouble:
     """The release's 2.x double: v2.21's own, or the v2.17–v2.20 one following ``release``'s rules."""
-    return Legacy2xDouble(data) if release.has_running_instances else OlderLegacy2xDouble(data, release)
+    if release.has_running_instances:
+        return Legacy2xDouble(data, clock=clock)
+    return OlderLegacy2xDouble(data, release, clock=clock)
 
 
 @dataclass
@@ -168,6 +190,30 @@ class ReleaseWorld:
         self.interceptor.after_forward(prepared, reply.status_code, reply.content)
         self.put(self.twin_http, "/open/crons/stop", body)
 
+    def panel_run(self, cron: int) -> Shell:
+        """``PUT /crons/run`` through 2.x's API (to both doubles), and the task shell its runSingle spawns: before
+        v2.21 runSingle picks the child's pid and log path; from v2.21 the double is told them as it dequeues."""
+        for client in (self.http, self.twin_http):
+            assert self.put(client, "/open/crons/run", f"[{cron}]".encode()).status_code == 200
+        if self.release.has_running_instances:
+            pid, log = 4_0001, log_path(f"panel_{cron}", now_s())
+            assert self.double.simulate_run_single(cron, pid, log) and self.twin.simulate_run_single(cron, pid, log)
+        else:
+            pid, log = self.double.spawned(cron)  # type: ignore[attr-defined]
+            assert self.twin.spawned(cron) == (pid, log)  # type: ignore[attr-defined]
+        return self.shell(cron, pid, log, int(time.time()))
+
+    def child_exited(self, shell: Shell) -> None:
+        """The spawned child's exit, which Node hears (and up to v2.20 answers by idling the row)."""
+        if not self.release.has_running_instances:
+            self.double.child_exited(shell.pid)  # type: ignore[attr-defined]
+            self.twin.child_exited(shell.pid)  # type: ignore[attr-defined]
+
+    def origin(self, shell: Shell) -> str:
+        key = f"legacy:{shell.cron}:{shell.pid}:{log_path_digest(shell.log)}:{shell.begin * 1000}"
+        (row,) = self.store.runs_by_keys([key]).values()
+        return str(self.runs.get_run(row.id).origin)
+
     def stop_in_2x(self, cron: int) -> None:
         """The panel's stop sent to 2.x itself (and to the twin), not through the bridge."""
         for client in (self.http, self.twin_http):
@@ -203,10 +249,8 @@ class ReleaseWorld:
         assert bridged is not None and alone is not None
         assert {k: bridged[k] for k in ROW} == {k: alone[k] for k in ROW}
         if self.release.has_running_instances:
-            def rows(data: LegacyDataDir) -> list[dict[str, Any]]:
-                return [{**{k: r[k] for k in INSTANCE_ROW}, "finished": r["finished_at"] is not None}
-                        for r in data.instance_rows(cron)]
-            assert rows(self.data) == rows(self.twin.data_dir)
+            assert [{k: r[k] for k in INSTANCE_ROW} for r in self.data.instance_rows(cron)] == \
+                [{k: r[k] for k in INSTANCE_ROW} for r in self.twin.data_dir.instance_rows(cron)]
         else:
             assert self.data.query("SELECT name FROM sqlite_master WHERE name = 'RunningInstances'") == []
 
@@ -221,7 +265,9 @@ def world(request: pytest.FixtureRequest, sql_backend: Backend, tmp_path: Path) 
     bridge = wiring.store_on(sql_backend.engine, sql_backend.uow)  # type: ignore[arg-type]
     interceptor = wiring.interceptor(settings, bridge, StaticModes(ORIGINS),
                                      reader=open_legacy_records(release, data.database_path))
-    with double_for(data, release).start() as double, double_for(twin_data, release).start() as twin, \
+    clock = PairedClock()
+    with double_for(data, release, clock.of("bridged")).start() as double, \
+            double_for(twin_data, release, clock.of("twin")).start() as twin, \
             httpx.Client(base_url=double.url, timeout=10) as http, \
             httpx.Client(base_url=twin.url, timeout=10) as twin_http:
         yield ReleaseWorld(release, data, double, twin, interceptor, bridge.runs,
@@ -443,11 +489,24 @@ def test_a_shell_that_ends_without_its_end_callback_is_not_taken_for_a_boot_rese
     world.start(shell)
     world.write_log(shell)
     if world.release.idles_panel_runs_on_exit:  # runSingle's cp.on('exit'): this row idle, its pid left
+        exited = format_updated_at(int(time.time() * 1000))
         for data in (world.data, world.twin.data_dir):
-            data.query("UPDATE Crontabs SET status = 1, updatedAt = ? WHERE id = ?",
-                       (format_updated_at(int(time.time() * 1000)), cron))
+            data.query("UPDATE Crontabs SET status = 1, updatedAt = ? WHERE id = ?", (exited, cron))
     world.reconcile()
     assert world.run(shell)["status"] == "running"
     world.restart()
     assert world.run(shell)["status"] == "running"
+    world.rows_agree(cron)
+
+
+def test_a_panel_run_through_2xs_api_is_a_manual_run_closed_by_its_exit_code(world: ReleaseWorld) -> None:
+    cron = world.add_cron("panel")
+    shell = world.panel_run(cron)
+    world.start(shell)
+    world.end(shell, 3)
+    world.child_exited(shell)
+    assert world.origin(shell) == "manual"
+    assert (world.run(shell)["status"], world.run(shell)["exit_code"]) == ("failed", 3)
+    world.reconcile()
+    assert world.mismatches() == []
     world.rows_agree(cron)
