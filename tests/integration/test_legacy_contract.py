@@ -510,3 +510,15 @@ def test_a_panel_run_through_2xs_api_is_a_manual_run_closed_by_its_exit_code(wor
     world.reconcile()
     assert world.mismatches() == []
     world.rows_agree(cron)
+
+
+def test_a_scheduled_fire_is_recorded_as_the_schedulers_with_its_outcome(world: ReleaseWorld) -> None:
+    cron = world.add_cron("ticker", "* * * * *")
+    fired = int(time.time()) // 60 * 60  # crond starts the shell on the minute; the shell takes its begin second
+    shell = world.shell(cron, 971, log_path(f"ticker_{cron}", fired), fired)
+    world.start(shell)
+    world.end(shell, 0)
+    assert world.origin(shell) == "scheduled_system"
+    assert (world.run(shell)["status"], world.run(shell)["exit_code"]) == ("succeeded", 0)
+    assert world.mismatches() == []
+    world.rows_agree(cron)
