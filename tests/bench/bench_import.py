@@ -328,6 +328,22 @@ def serve_writer(url: str, crons: list[int], rate: float, stop: Any, pipe: Any) 
     pipe.send(samples)
 
 
+def time_write_transactions(unit_of_work: Any, writes: list[tuple[float, float, int]], rows: list[int]) -> None:
+    """Patch ``unit_of_work``'s one transaction so that each write appends (monotonic end, held ms, ``rows[0]``)
+    to ``writes``: how long it held the store's write lock, and how many rows the caller said it carries."""
+    real_once = unit_of_work._once
+
+    def timed_once(self: Any, work: Any, read_only: bool) -> Any:
+        t0 = time.monotonic()
+        try:
+            return real_once(self, work, read_only)
+        finally:
+            if not read_only:
+                writes.append((time.monotonic(), (time.monotonic() - t0) * 1000, rows[0]))
+
+    unit_of_work._once = timed_once
+
+
 def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> None:
     """run_import, holding still between two batches while ``paused`` is set (``idle`` says it is)."""
     from rich.console import Console
@@ -338,20 +354,12 @@ def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> No
     from bridge.storage.unit_of_work import SqlUnitOfWork
 
     writes: list[tuple[float, float, int]] = []  # (monotonic end, held ms, instances) per write transaction
-    real_once, real_write = SqlUnitOfWork._once, importer._Importer._write
+    real_write = importer._Importer._write
     rows: list[int] = [0]
 
     def counted_write(self: Any, tx: Any, planned: Any, batch: Any) -> Any:
         rows[0] = len(batch)
         return real_write(self, tx, planned, batch)
-
-    def timed_once(self: Any, work: Any, read_only: bool) -> Any:
-        t0 = time.monotonic()
-        try:
-            return real_once(self, work, read_only)
-        finally:
-            if not read_only:
-                writes.append((time.monotonic(), (time.monotonic() - t0) * 1000, rows[0]))
 
     def hold_still(_last_id: int) -> None:
         while paused.is_set():
@@ -359,7 +367,7 @@ def paused_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -> No
             time.sleep(0.005)
         idle.clear()
 
-    SqlUnitOfWork._once = timed_once  # type: ignore[method-assign]
+    time_write_transactions(SqlUnitOfWork, writes, rows)
     importer._Importer._write = counted_write  # type: ignore[method-assign]
     settings = Settings(database_url=spec["url"], data_dir=Path(spec["data_dir"]),
                         legacy_data_dir=Path(spec["legacy_dir"]), legacy_tz="UTC", legacy_scheduler="node")

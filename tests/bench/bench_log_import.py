@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tests.bench.bench_import import SHADOW_BUDGET_MS, serve_writer
+from tests.bench.bench_import import SHADOW_BUDGET_MS, serve_writer, time_write_transactions
 from tests.bench.children import ROOT
 
 BEGIN_S = {"this": 1_780_000_000, "baseline": 1_785_000_000}  # each data dir's first log, unix seconds
@@ -68,20 +68,12 @@ def paused_log_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -
 
     assert Path(log_import.__file__).resolve().is_relative_to(Path(spec["checkout"]).resolve()), log_import.__file__
     writes: list[tuple[float, float, int]] = []
-    real_once, real_write, real_chunks = SqlUnitOfWork._once, log_import._write, log_import._chunks
+    real_write, real_chunks = log_import._write, log_import._chunks
     rows = [0]
 
     def counted_write(store: Any, batch: Any, **kw: Any) -> Any:
         rows[0] = len(batch)
         return real_write(store, batch, **kw)
-
-    def timed_once(self: Any, work: Any, read_only: bool) -> Any:
-        t0 = time.monotonic()
-        try:
-            return real_once(self, work, read_only)
-        finally:
-            if not read_only:
-                writes.append((time.monotonic(), (time.monotonic() - t0) * 1000, rows[0]))
 
     def held_chunks(items: Any, size: int) -> Any:
         for chunk in real_chunks(items, size):
@@ -91,7 +83,7 @@ def paused_log_import(spec: dict[str, Any], paused: Any, idle: Any, pipe: Any) -
             idle.clear()
             yield chunk
 
-    SqlUnitOfWork._once = timed_once  # type: ignore[method-assign]
+    time_write_transactions(SqlUnitOfWork, writes, rows)
     log_import._write = counted_write
     log_import._chunks = held_chunks
     settings = Settings(database_url=spec["url"], data_dir=Path(spec["data_dir"]),
