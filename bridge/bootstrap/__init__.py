@@ -15,6 +15,7 @@ from bridge.bootstrap.release import (
     decide_legacy_release,
     legacy_zone,
     open_records,
+    replacement_rule,
     task_logs,
 )
 from bridge.config import ConfigError, Settings
@@ -496,7 +497,8 @@ def build_stop_decisions(settings: Settings, store: Store, recorder: ShadowRecor
         logs = task_logs(settings, release)
     return StopDecisions(recorder, reader, pending, clock or SystemClock(),
                          window_ms=settings.stop_decision_window_s * 1000, logs=logs,
-                         kills_every_instance=release is None or release.stop_kills_every_instance)
+                         kills_every_instance=release is None or release.stop_kills_every_instance,
+                         replacements=replacement_rule(settings))
 
 
 def bookkeeping_prunes(engine: Engine) -> dict[str, Prune]:

@@ -11,6 +11,7 @@ from bridge.config import ConfigError, Settings, local_zone_name
 
 if TYPE_CHECKING:
     from bridge.jobs.evidence import ExecutionEvidence
+    from bridge.jobs.stop_decisions import Replacements
     from legacy_adapters.log_files import LogDirectory
     from legacy_adapters.ports import LegacyRecords
     from legacy_adapters.releases import ReleaseProfile
@@ -62,6 +63,15 @@ def legacy_zone(settings: Settings) -> ZoneInfo:
     return ZoneInfo(settings.legacy_tz or local_zone_name())
 
 
+def replacement_rule(settings: Settings) -> Replacements:
+    """Which next start can have replaced a single-instance cron's execution: a Node scheduled fire, judged in
+    2.x's scheduler mode and zone (bridge/jobs/stop_decisions.py)."""
+    from bridge.jobs.stop_decisions import Replacements
+    from legacy_adapters.scheduler_mode import resolve_scheduler_mode
+
+    return Replacements(resolve_scheduler_mode(settings.legacy_scheduler), legacy_zone(settings))
+
+
 def task_logs(settings: Settings, release: ReleaseProfile) -> LogDirectory:
     """2.x's ``data/log``, read in its zone with the release's stop marker (legacy_adapters/log_files.py)."""
     from legacy_adapters.log_files import LogDirectory
@@ -86,4 +96,4 @@ def build_execution_evidence(settings: Settings, reader: LegacyRecords,
 
     profile = release or decide_legacy_release(settings, reader)
     return choose_evidence(profile.has_running_instances, reader, lambda: task_logs(settings, profile),
-                           profile.queued_status)
+                           profile.queued_status, replacement_rule(settings))

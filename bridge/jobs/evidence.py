@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from bridge.domain.events import ErrorCode
-from bridge.jobs.stop_decisions import instance_of, legacy_stop_code
+from bridge.jobs.stop_decisions import ANY_NODE_FIRE, Replacements, instance_of, legacy_stop_code
 from bridge.service.reconcile import UnfinishedRun
 from legacy_adapters.callbacks import exit_code_as_given, log_path_digest
 from legacy_adapters.log_files import NO_LOG, LogDirectory, LoggedExecution
@@ -90,8 +90,9 @@ class InstanceRowEvidence:
 
     source = "running_instances"
 
-    def __init__(self, reader: LegacyRecords) -> None:
+    def __init__(self, reader: LegacyRecords, replacements: Replacements = ANY_NODE_FIRE) -> None:
         self._reader = reader
+        self._replacements = replacements  # which next start can have replaced a stopped execution
 
     def execution_of(self, run: UnfinishedRun) -> LegacyExecution | None:
         if run.legacy_cron_id is None:
@@ -104,7 +105,8 @@ class InstanceRowEvidence:
         finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
         if instance.status == InstanceStatus.STOPPED:
             return LegacyExecution(ExecutionState.STOPPED, "legacy_instance", finished_at_ms=finished,
-                                   stop_code=legacy_stop_code(self._reader, instance), details=status)
+                                   stop_code=legacy_stop_code(self._reader, instance, self._replacements),
+                                   details=status)
         if instance.status in (InstanceStatus.FINISHED, InstanceStatus.ERROR):
             exit_code = exit_code_as_given(instance.exit_code)
             ended = instance_outcome(InstanceStatus(instance.status), exit_code)
@@ -205,11 +207,11 @@ def logged_end(logged: LoggedExecution) -> LegacyExecution:
     return LegacyExecution(ExecutionState.ENDED, "log_file", ENDED_WITHOUT_OUTCOME, finished, duration)
 
 
-def choose_evidence(has_running_instances: bool, reader: LegacyRecords,
-                    logs: Callable[[], LogDirectory], queued_status: float) -> ExecutionEvidence:
+def choose_evidence(has_running_instances: bool, reader: LegacyRecords, logs: Callable[[], LogDirectory],
+                    queued_status: float, replacements: Replacements = ANY_NODE_FIRE) -> ExecutionEvidence:
     """The one choice: bootstrap calls this with ``ReleaseProfile.has_running_instances``."""
     if has_running_instances:
-        return InstanceRowEvidence(reader)
+        return InstanceRowEvidence(reader, replacements)
     return LogFileEvidence(reader, logs(), queued_status)
 
 

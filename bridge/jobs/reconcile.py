@@ -30,7 +30,7 @@ from bridge.domain.mismatches import MismatchKind
 from bridge.domain.model import RUN_ACTIVE, Mode, Origin
 from bridge.jobs.evidence import ExecutionEvidence, InstanceRowEvidence
 from bridge.jobs.reconcile_logs import PassContext
-from bridge.jobs.stop_decisions import RECONCILER, legacy_stop_code
+from bridge.jobs.stop_decisions import RECONCILER, Replacements, legacy_stop_code
 from bridge.metrics import BridgeMetrics
 from bridge.service.pending_ends import PendingEndStore
 from bridge.service.ports import Clock, MismatchRecord, ModeSource
@@ -121,6 +121,7 @@ class Reconciler:
         self._clock = clock
         self._scheduler_mode = scheduler_mode
         self._tz = tz
+        self._replacements = Replacements(scheduler_mode, tz)
         self._enabled_since = enabled_since
         self._settings = settings or ReconcileSettings()
         self._probe = probe or ProcProbe()
@@ -285,7 +286,8 @@ class Reconciler:
             return False  # its end is kept: the stop decider closes the Run, with its exit code, within the window
         elif instance.status == InstanceStatus.STOPPED and run.status in RUN_ACTIVE:
             finished = epoch_seconds_to_ms(instance.finished_at, field="finished_at") if instance.finished_at else None
-            self._recorder.cancel_run(run.id, actor=RECONCILER, code=legacy_stop_code(self._reader, instance),
+            code = legacy_stop_code(self._reader, instance, self._replacements)
+            self._recorder.cancel_run(run.id, actor=RECONCILER, code=code,
                                       evidence="legacy_instance", finished_at_ms=finished)
             stats["cancelled"] += 1
             return False  # the next pass compares the cancelled Run

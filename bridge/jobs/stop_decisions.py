@@ -40,6 +40,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, tzinfo
 from itertools import islice
 
 from bridge.domain.events import Actor, ActorType, ErrorCode, is_signal_exit
@@ -51,8 +53,10 @@ from legacy_adapters.callbacks import log_path_digest
 from legacy_adapters.errors import LegacyDatabaseError
 from legacy_adapters.identity import instance_execution_key, speaking_row
 from legacy_adapters.log_files import LogDirectory
+from legacy_adapters.origin import infer_scheduled_origin
 from legacy_adapters.ports import LegacyRecords
 from legacy_adapters.records import LegacyCron, LegacyInstance
+from legacy_adapters.scheduler_mode import SchedulerMode
 from legacy_adapters.schema import InstanceStatus
 from legacy_adapters.timeconv import epoch_seconds_to_ms
 from projections.reconcile import instance_defects
@@ -88,20 +92,40 @@ def instance_of(reader: LegacyRecords, cron_id: int, pid: int | None, log_ref: s
     return speaking_row(found, {instance.id for instance in found if instance_defects(instance, math.inf)})
 
 
-def legacy_stop_code(reader: LegacyRecords, instance: LegacyInstance) -> ErrorCode:
+@dataclass(frozen=True, slots=True)
+class Replacements:
+    """Which next start can have replaced a single-instance cron's execution. Only runCron kills the previous run
+    (``allow_multiple_instances === 0``, v2.20+), and only Node's scheduler calls it (back/schedule/addCron.ts,
+    back/shared/runCron.ts at v2.20.2, v2.21.0): a panel run (runSingle) or a crond fire right after a stop kills
+    nothing, so a start counts only where it is a Node scheduled fire of the cron, in 2.x's zone."""
+
+    scheduler_mode: SchedulerMode = SchedulerMode.NODE
+    tz: tzinfo = UTC
+
+    def fired_by_node(self, cron: LegacyCron, begin_s: int | float) -> bool:
+        decision = infer_scheduled_origin(cron, int(begin_s), self.scheduler_mode, self.tz)
+        return decision.origin == "scheduled_node"
+
+
+# Without 2.x's settings at hand: every schedule taken as Node's, in UTC (bootstrap always passes the install's).
+ANY_NODE_FIRE = Replacements()
+
+
+def legacy_stop_code(reader: LegacyRecords, instance: LegacyInstance, replacements: Replacements) -> ErrorCode:
     """Who stopped an instance 2.x shows stopped, when no stop went through the bridge
     (docs/legacy-2x.md#run-state-routes, #startup-reset)."""
     if instance.finished_at is None and instance.exit_code is None:
         return ErrorCode.LEGACY_BOOT_RESET  # initData sets status only
-    if replaced_by_next_run(reader, instance):
+    if replaced_by_next_run(reader, instance, replacements):
         return ErrorCode.REPLACED_BY_NEXT_RUN
     return ErrorCode.STOPPED_IN_LEGACY
 
 
-def replaced_by_next_run(reader: LegacyRecords, instance: LegacyInstance) -> bool:
+def replaced_by_next_run(reader: LegacyRecords, instance: LegacyInstance, replacements: Replacements) -> bool:
     """runCron's single-instance check (``allow_multiple_instances === 0``) killed this execution: 2.x stamped
-    the row's finished_at, set the cron idle and started the next one, whose start callback inserted a newer
-    row of the same cron beginning within REPLACEMENT_GAP_S. Reads the cron and a page of newer rows by key."""
+    the row's finished_at, set the cron idle and started the next one, a Node scheduled fire whose start callback
+    inserted a newer row of the same cron beginning within REPLACEMENT_GAP_S. Reads the cron and a page of newer
+    rows by key."""
     if instance.finished_at is None or instance.cron_id is None:
         return False
     cron = reader.get_cron(instance.cron_id)
@@ -110,7 +134,8 @@ def replaced_by_next_run(reader: LegacyRecords, instance: LegacyInstance) -> boo
     finished = instance.finished_at
     for later in islice(reader.iter_instances(after_id=instance.id, batch_size=NEWER_ROWS_READ), NEWER_ROWS_READ):
         if later.cron_id == instance.cron_id and later.started_at is not None \
-                and finished - 1 <= later.started_at <= finished + REPLACEMENT_GAP_S:
+                and finished - 1 <= later.started_at <= finished + REPLACEMENT_GAP_S \
+                and replacements.fired_by_node(cron, later.started_at):
             return True
     return False
 
@@ -124,13 +149,15 @@ class StopDecisions:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyRecords, pending: PendingEndStore | None,
                  clock: Clock, *, window_ms: int = DEFAULT_WINDOW_S * 1000,
                  monotonic: Callable[[], float] = time.monotonic, logs: LogDirectory | None = None,
-                 kills_every_instance: bool = True) -> None:
+                 kills_every_instance: bool = True, replacements: Replacements = ANY_NODE_FIRE) -> None:
         """``logs``: 2.x's ``data/log``, read with the release's stop marker, where a stopped task's log is the
         only record of its stop: before v2.21 no instance row says so, its log's end line does
         (docs/legacy-2x.md#stops-and-log-lines-before-v221); None: never read. ``kills_every_instance``: the
         release's stop kills every execution of the cron (ReleaseProfile.stop_kills_every_instance). Bootstrap
-        gives both from the release profile."""
+        gives both from the release profile. ``replacements``: which next start can have replaced an execution
+        (2.x's scheduler mode and zone, from the settings)."""
         self._recorder = recorder
+        self._replacements = replacements
         self._logs = logs
         self._kills_every_instance = kills_every_instance
         self._reader = reader
@@ -250,14 +277,15 @@ class StopDecisions:
                                end.run_created_at_ms)
         if instance is not None:
             if instance.status == InstanceStatus.STOPPED:
-                return EndVerdict(legacy_stop_code(self._reader, instance), "legacy_instance", RECONCILER)
+                return EndVerdict(legacy_stop_code(self._reader, instance, self._replacements), "legacy_instance",
+                                  RECONCILER)
             return EndVerdict(None, "no_stop_evidence")
         cron = self._reader.get_cron(facts.cron_id)
         trap = "trapped_end" if facts.trapped else "log_stop_marker" if self._marked_stopped(facts, cron) else None
         if trap is None:
             return EndVerdict(None, "no_stop_evidence")
-        code = ErrorCode.REPLACED_BY_NEXT_RUN if cron is not None and replaced_per_row(cron, facts) \
-            else ErrorCode.STOPPED_IN_LEGACY
+        replaced = cron is not None and replaced_per_row(cron, facts, self._replacements)
+        code = ErrorCode.REPLACED_BY_NEXT_RUN if replaced else ErrorCode.STOPPED_IN_LEGACY
         return EndVerdict(code, trap, RECONCILER)
 
     def _marked_stopped(self, facts: CallbackFacts, cron: LegacyCron | None) -> bool:
@@ -324,15 +352,16 @@ def decider_interval_s(window_s: float) -> float:
     return max(0.2, min(1.0, window_s / 2))
 
 
-def replaced_per_row(cron: LegacyCron, facts: CallbackFacts) -> bool:
+def replaced_per_row(cron: LegacyCron, facts: CallbackFacts, replacements: Replacements) -> bool:
     """runCron's single-instance kill (v2.20, ``allow_multiple_instances === 0``) as 2.x's Crontabs row shows it
-    where there is no instance row: the row has moved on to another execution (another log path) that began
-    within REPLACEMENT_GAP_S of this one's end (back/shared/runCron.ts@v2.20.2: kill, idle, spawn)."""
+    where there is no instance row: the row has moved on to another execution (another log path), a Node
+    scheduled fire that began within REPLACEMENT_GAP_S of this one's end (back/shared/runCron.ts@v2.20.2: kill,
+    idle, spawn)."""
     began = cron.last_execution_time
     if cron.allow_multiple_instances is not False or not began or log_path_digest(cron.log_path) == facts.log_ref:
         return False
     ended_s = facts.received_at_ms // 1000
-    return ended_s - 1 <= began <= ended_s + REPLACEMENT_GAP_S
+    return ended_s - 1 <= began <= ended_s + REPLACEMENT_GAP_S and replacements.fired_by_node(cron, began)
 
 
 def _started_ms(instance: LegacyInstance) -> int | None:

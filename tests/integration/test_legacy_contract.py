@@ -41,6 +41,7 @@ from legacy_adapters.testing.double import Legacy2xDouble
 from legacy_adapters.testing.older_double import OlderLegacy2xDouble
 from tests.conftest import Backend
 from tests.support import wiring
+from tests.support.node_ticks import EVERY_5_S, next_tick
 from tests.support.routes import SHELL_STATUS
 
 ORIGINS = frozenset({"manual", "boot", "scheduled_node", "scheduled_system", "script"})
@@ -360,8 +361,8 @@ def test_a_scheduled_fire_of_a_running_single_instance_cron(world: ReleaseWorld)
     and both executions run on and each closes by its own end."""
     # allow_multiple_instances arrives with the kill, in v2.20.0: before, every cron may overlap itself
     single = {"allow_multiple_instances": 0} if world.release.kills_single_instance else {}
-    cron = world.add_cron("single", "* * * * *", **single)
-    old, new = world.shell(cron, 501, "single_1/a.log", now_s()), world.shell(cron, 502, "single_1/b.log", now_s() + 5)
+    cron = world.add_cron("single", EVERY_5_S, **single)  # a 6-field schedule: Node's scheduler fires it
+    old, new = world.shell(cron, 501, "single_1/a.log", now_s()), world.shell(cron, 502, "single_1/b.log", next_tick())
     world.start(old)
     traps = world.trap_later(old)
     killed = world.double.simulate_run_cron(cron)
@@ -520,5 +521,25 @@ def test_a_scheduled_fire_is_recorded_as_the_schedulers_with_its_outcome(world: 
     world.end(shell, 0)
     assert world.origin(shell) == "scheduled_system"
     assert (world.run(shell)["status"], world.run(shell)["exit_code"]) == ("succeeded", 0)
+    assert world.mismatches() == []
+    world.rows_agree(cron)
+
+
+def test_a_stop_then_a_panel_run_of_a_single_instance_cron_is_no_replacement(world: ReleaseWorld) -> None:
+    """The panel's stop went to 2.x, and a panel run of the same single-instance cron began a second after the
+    stopped one ended: only runCron, on a Node scheduled fire, replaces a run; a panel run never does."""
+    single = {"allow_multiple_instances": 0} if world.release.kills_single_instance else {}
+    cron = world.add_cron("rerun", "0 0 1 1 *", **single)  # a schedule that does not fire now
+    stopped = world.shell(cron, 981, log_path(f"rerun_{cron}", now_s()), now_s())
+    world.start(stopped)
+    traps = world.trap_later(stopped)
+    world.stop_in_2x(cron)
+    traps()
+    rerun = world.panel_run(cron)
+    world.start(rerun)
+    world.decide()
+    run = world.run(stopped)
+    assert (run["status"], run["error_code"]) == ("cancelled", "stopped_in_legacy")
+    assert world.run(rerun)["status"] == "running"
     assert world.mismatches() == []
     world.rows_agree(cron)

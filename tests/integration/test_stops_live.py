@@ -31,6 +31,7 @@ from legacy_adapters.testing.datadir import LegacyDataDir, create_legacy_data_di
 from legacy_adapters.testing.double import Legacy2xDouble
 from tests.bench.stores import fresh_store
 from tests.support import wiring
+from tests.support.node_ticks import next_tick
 
 PANEL_TOKEN = "panel.jwt.token"
 TRAP_SHELL = Path(__file__).parent / "shell" / "trap_shell_double.sh"
@@ -262,7 +263,7 @@ def test_a_single_instance_run_killed_by_the_next_fire_is_cancelled_as_replaced_
 
     assert world.double.simulate_run_cron(cron)  # runCron: kill, row stopped, cron idle, then the next spawn
     assert world.status(cron, 1, 701, "t/a.log", begin, 5, 143).status_code == 200  # the killed shell's trap
-    assert world.status(cron, 0, 702, "t/b.log", int(time.time())).status_code == 200  # the next execution
+    assert world.status(cron, 0, 702, "t/b.log", next_tick()).status_code == 200  # the next fire's execution
 
     (old, new) = world.data.instance_rows(cron)
     assert (old["status"], old["exit_code"], new["status"]) == (2, None, 0)
@@ -306,7 +307,7 @@ def test_a_restart_during_the_window_still_decides_with_the_exit_code(world: Sto
         assert world.status(cron, 0, 901, "w/a.log", begin).status_code == 200
         assert world.double.simulate_run_cron(cron)
         assert world.status(cron, 1, 901, "w/a.log", begin, 5, 143).status_code == 200
-        assert world.status(cron, 0, 902, "w/b.log", int(time.time())).status_code == 200
+        assert world.status(cron, 0, 902, "w/b.log", next_tick()).status_code == 200
         assert world.runs(cron)[901]["status"] == "running"  # kept: the window is not over
         world.stop_bridge()  # the bridge goes down inside the window
         world.start_bridge(window_s=4)
