@@ -69,3 +69,14 @@ class LegacyRecords(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class OpenTokenCheck(Protocol):
+    """2.x's ``/open/*`` token check, as the release fronted makes it (legacy_adapters/auth.py from v2.18, its
+    keyv cache; legacy_adapters/auth_apps_table.py on v2.17, the Apps table)."""
+
+    def check_open_request(self, path: str, authorization: str | None, now_s: float, *,
+                           user_agent: str | None = None) -> None:
+        """Return if 2.x would let the request through. Raises LegacyAuthError (2.x's 401 body), or
+        LegacyDatabaseError when 2.x's files cannot be read."""
+        ...

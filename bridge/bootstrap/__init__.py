@@ -48,9 +48,8 @@ if TYPE_CHECKING:  # the modules the functions below import lazily, for start-up
     from bridge.service.shadow import ShadowRecorder
     from bridge.storage.journal import SqliteFactJournal
     from bridge.storage.outbox import SqlOutbox
-    from legacy_adapters.auth import LegacyTokenAuthority
     from legacy_adapters.http_forward import CallbackForward
-    from legacy_adapters.ports import LegacyRecords
+    from legacy_adapters.ports import LegacyRecords, OpenTokenCheck
     from legacy_adapters.process_identity import ProcProbe
     from legacy_adapters.releases import ReleaseProfile
 
@@ -179,7 +178,7 @@ class Container:
     modes: CachedModes | None = None  # the flags in force for the callback path and the reconciler
     interceptor: ShadowInterceptor | None = None  # the callback path, or None for a pure pass-through
     callback_forward: CallbackForward | None = None  # the callbacks' forward to 2.x; None: through ``http``
-    token_authority: LegacyTokenAuthority | None = None  # 2.x's App tokens (the /v3 API's authorisation)
+    token_authority: OpenTokenCheck | None = None  # 2.x's App tokens (the /v3 API's authorisation)
     release: ReleaseProfile | None = None  # the 2.x release fronted; None without BRIDGE_LEGACY_DATA_DIR
     closers: tuple[Callable[[], object], ...] = ()  # run in reverse order by ``close``
 
@@ -211,12 +210,18 @@ def build_flags(store: Store, release: ReleaseProfile | None = None) -> FlagServ
     return FlagService(SqlFlagStore(store.engine), SystemClock().now_ms, primary_refusal=refusal)
 
 
-def build_token_authority(settings: Settings) -> LegacyTokenAuthority | None:
-    """2.x's App tokens as 2.x checks them (legacy_adapters.auth), or None without a 2.x data dir."""
+def build_token_authority(settings: Settings, release: ReleaseProfile | None = None) -> OpenTokenCheck | None:
+    """2.x's App tokens as the release checks them, or None without a 2.x data dir: from v2.18 its keyv cache
+    (legacy_adapters.auth), on v2.17 its Apps table and auth.json (legacy_adapters.auth_apps_table)."""
     from legacy_adapters.auth import LegacyTokenAuthority
+    from legacy_adapters.auth_apps_table import AppsTableTokenAuthority
 
-    keyv_path = settings.legacy_keyv_path
-    return LegacyTokenAuthority(keyv_path) if keyv_path is not None else None
+    keyv_path, database_path = settings.legacy_keyv_path, settings.legacy_database_path
+    if keyv_path is None or database_path is None or settings.legacy_data_dir is None:
+        return None
+    if release is not None and not release.keeps_keyv_cache:
+        return AppsTableTokenAuthority(database_path, settings.legacy_data_dir / "config" / "auth.json")
+    return LegacyTokenAuthority(keyv_path)
 
 
 def build_store_gauges(settings: Settings, store: Store) -> StoreGauges:
@@ -251,7 +256,7 @@ def build_container(settings: Settings, *, schedule_reconciler: bool = False,
                         on_failure=metrics.flags_refresh_failed)
     metrics.watch_flags_age(modes.cache.age_s)
     closers.append(modes.cache.keep_fresh(FRESHEN_EVERY_S))
-    authority = build_token_authority(settings)
+    authority = build_token_authority(settings, release)
     interceptor = None
     if reader is not None and legacy_database is not None:
         # One reader for the callback path and the reconciler, keeping a few connections open: a Crontabs
@@ -450,7 +455,7 @@ def build_legacy_reader(settings: Settings, keep_connections: int = 0,
 
 
 def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics, modes: ModeSource, *,
-                        reader: LegacyRecords | None = None, auth: LegacyTokenAuthority | None = None,
+                        reader: LegacyRecords | None = None, auth: OpenTokenCheck | None = None,
                         on_primary_commit: Callable[[], None] = lambda: None, keep_ends: bool = True,
                         clock: Clock | None = None, keeper: FactKeeper | None = None,
                         release: ReleaseProfile | None = None) -> CallbackPath:
@@ -473,8 +478,9 @@ def build_callback_path(settings: Settings, store: Store, metrics: BridgeMetrics
         recorder, reader, modes, metrics, clock,
         budget_ms=settings.shadow_budget_ms, primary_budget_ms=settings.primary_budget_ms,
         scheduler_mode=resolve_scheduler_mode(settings.legacy_scheduler),
-        tz=legacy_zone(settings), auth=auth or build_token_authority(settings), on_primary_commit=on_primary_commit,
-        read_ahead=store_capabilities(store.engine).reads_are_round_trips, stops=stops, keeper=keeper)
+        tz=legacy_zone(settings), auth=auth or build_token_authority(settings, release),
+        on_primary_commit=on_primary_commit, read_ahead=store_capabilities(store.engine).reads_are_round_trips,
+        stops=stops, keeper=keeper)
     return CallbackPath(recorder, stops, interceptor)
 
 

@@ -49,7 +49,6 @@ from bridge.metrics import SHADOW_FAILURE_LABELS, BridgeMetrics
 from bridge.service.callback_facts import CallbackFacts, ExecutionContext, Outcome, ShadowResult
 from bridge.service.ports import ActiveCandidate, Clock, ModeSource
 from bridge.service.shadow import ShadowRecorder
-from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.callbacks import (
     StatusCallback,
     decode_json_body,
@@ -61,7 +60,7 @@ from legacy_adapters.callbacks import (
 from legacy_adapters.errors import LegacyCallbackParseError, LegacyDatabaseError
 from legacy_adapters.identity import task_revision, task_snapshot
 from legacy_adapters.origin import OriginDecision, infer_scheduled_origin, infer_start_origin
-from legacy_adapters.ports import LegacyRecords
+from legacy_adapters.ports import LegacyRecords, OpenTokenCheck
 from legacy_adapters.process_identity import ProcProbe
 from legacy_adapters.records import LegacyCron
 from legacy_adapters.shell_report import NOTHING, ShellReport, read_shell_report
@@ -75,7 +74,7 @@ class ShadowInterceptor:
     def __init__(self, recorder: ShadowRecorder, reader: LegacyRecords, modes: ModeSource, metrics: BridgeMetrics,
                  clock: Clock, *, budget_ms: int, scheduler_mode: str, tz: ZoneInfo, primary_budget_ms: int = 1000,
                  lanes: int = 4,
-                 probe: ProcProbe | None = None, auth: LegacyTokenAuthority | None = None,
+                 probe: ProcProbe | None = None, auth: OpenTokenCheck | None = None,
                  on_primary_commit: Callable[[], None] = lambda: None, read_ahead: bool = False,
                  stops: StopEvidence, keeper: FactKeeper | None = None) -> None:
         """``keeper``: where facts the store does not take are kept and replayed (none: they are counted lost)."""

@@ -29,8 +29,8 @@ from bridge.metrics import SHADOW_FAILURE_LABELS, BridgeMetrics
 from bridge.service.last_known import LastKnown
 from bridge.service.ports import Clock
 from bridge.service.shadow import ShadowRecorder
-from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
+from legacy_adapters.ports import OpenTokenCheck
 
 log = logging.getLogger("bridge.callbacks.primary")
 
@@ -43,7 +43,7 @@ class ToLegacy:
 
 
 class PrimaryAnswerer:
-    def __init__(self, recorder: ShadowRecorder, auth: LegacyTokenAuthority, metrics: BridgeMetrics, clock: Clock,
+    def __init__(self, recorder: ShadowRecorder, auth: OpenTokenCheck, metrics: BridgeMetrics, clock: Clock,
                  on_commit: Callable[[], None], owned_ttl_s: float = 1.0) -> None:
         self._recorder = recorder
         self._auth = auth

@@ -20,8 +20,8 @@ from bridge.service.ports import StepRunReader
 from bridge.service.queries import RunQueries, parse_event_query, parse_run_list_query
 from bridge.service.step_run_queries import parse_step_run_query, step_runs_page_view
 from bridge.web import current_container
-from legacy_adapters.auth import LegacyTokenAuthority
 from legacy_adapters.errors import LegacyAuthError, LegacyDatabaseError
+from legacy_adapters.ports import OpenTokenCheck
 
 if TYPE_CHECKING:
     from bridge.bootstrap import StoreReaders
@@ -106,8 +106,8 @@ def unknown(rest: str) -> Response:
     raise NotFound()
 
 
-def token_authority() -> LegacyTokenAuthority:
-    """The process's one LegacyTokenAuthority. Raises LegacyDatabaseError when no 2.x data dir is configured."""
+def token_authority() -> OpenTokenCheck:
+    """The process's one OpenTokenCheck. Raises LegacyDatabaseError when no 2.x data dir is configured."""
     authority = current_container().token_authority
     if authority is None:
         raise LegacyDatabaseError("BRIDGE_LEGACY_DATA_DIR", "is not set, so there are no 2.x App tokens "
