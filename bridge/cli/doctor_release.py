@@ -77,12 +77,18 @@ class InstallBackends:
     others: list[tuple[BackendProcess, Path | None]]  # with the data directory each serves, when known
 
     def note(self, default_port: int) -> str:
-        """What was left out, for the check's line ('' when nothing was)."""
+        """What was left out, for the check's line ('' when nothing was): one entry per other install (its data
+        directory and port), with the pids of its processes (a backend runs as several: its cluster's workers)."""
         if not self.others:
             return ""
-        listed = ", ".join(f"pid {b.pid} (data {d or 'not known'}, port {b.listen_port_or(default_port)})"
-                           for b, d in self.others)
-        return f"; ignored {len(self.others)} backend(s) of another 2.x install (not BRIDGE_LEGACY_DATA_DIR): {listed}"
+        installs: dict[tuple[str, int | None], list[int]] = {}
+        for backend, data in self.others:
+            installs.setdefault((str(data or "not known"), backend.listen_port_or(default_port)), []).append(
+                backend.pid)
+        listed = "; ".join(f"data {data}, port {port} (pid {', '.join(map(str, sorted(pids)))})"
+                           for (data, port), pids in installs.items())
+        which = "another 2.x install" if len(installs) == 1 else f"{len(installs)} other 2.x installs"
+        return f"; ignored {which} (not BRIDGE_LEGACY_DATA_DIR's): {listed}"
 
 
 def install_backends(backends: Sequence[BackendProcess], data_dir: Path | None,

@@ -51,3 +51,13 @@ def test_the_probe_is_the_health_route_from_v2_19_and_api_system_before() -> Non
     assert backend_probe(None).path == backend_probe(profile_for("2.19.0", "t")).path == "/api/health"
     old = backend_probe(profile_for("2.18.3", "t"))
     assert old.path == "/api/system" and old.why is not None and "public.js" in old.why
+
+
+def test_the_processes_of_one_other_install_are_named_as_one_install(tmp_path: Path) -> None:
+    """A 2.x backend runs as a cluster (a primary and its workers): three processes, one install to ignore."""
+    ours = BackendProcess(1, {"QL_DIR": str(tmp_path / "a")})
+    cluster = [BackendProcess(pid, {"QL_DATA_DIR": str(tmp_path / "b" / "data"), "BACK_PORT": "5801"})
+               for pid in (30, 10, 20)]
+    chosen = install_backends([ours, *cluster], tmp_path / "a" / "data", profile_for("2.21.0", "t"))
+    assert chosen.note(5700) == (f"; ignored another 2.x install (not BRIDGE_LEGACY_DATA_DIR's): "
+                                 f"data {tmp_path / 'b' / 'data'}, port 5801 (pid 10, 20, 30)")
