@@ -87,6 +87,15 @@ class OpenedStore(Protocol):
     def close(self) -> None: ...
 
 
+def paced_writes(settings: Settings, store: OpenedStore, batch_size: int,
+                 write_budget_ms: int) -> tuple[ImportUnitOfWork, Pacing | None]:
+    """The import's transactions (waiting longer for a busy store than a shadow write does) and, on a store with
+    one writer at a time, the pacing of its batches beside a serving bridge (pacing.py)."""
+    uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
+                              busy_attempts=IMPORT_BUSY_ATTEMPTS)
+    return uow, Pacing(batch_size, write_budget_ms / 1000) if store.single_writer else None
+
+
 def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
                open_reader: Callable[[Path], LegacyRecords], clock: Clock, batch_size: int = DEFAULT_BATCH_SIZE,
                console: Console | None = None,
@@ -107,9 +116,7 @@ def run_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
         raise ValueError("batch_size must be at least 1")
     started = time.monotonic()
     with opened_import(settings, open_reader, open_store) as (reader, store):
-        pacing = Pacing(batch_size, write_budget_ms / 1000) if store.single_writer else None
-        uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
-                                  busy_attempts=IMPORT_BUSY_ATTEMPTS)
+        uow, pacing = paced_writes(settings, store, batch_size, write_budget_ms)
         summary = _Importer(settings, uow, reader, batch_size, clock, pacing).run(
             console or Console(stderr=True), resume, after_batch)
     summary.elapsed_s = time.monotonic() - started

@@ -43,15 +43,8 @@ from bridge.domain.model import (
     new_legacy_run,
 )
 from bridge.jobs.evidence import ENDED_WITHOUT_OUTCOME, OUTCOME_NOT_REPORTED
-from bridge.jobs.import_legacy.job import (
-    DEFAULT_BATCH_SIZE,
-    IMPORT_BUSY_ATTEMPTS,
-    IMPORT_BUSY_BUDGET_MS,
-    OpenedStore,
-    _chunks,
-    opened_import,
-)
-from bridge.jobs.import_legacy.pacing import IMPORT_WRITE_BUDGET_MS, Pacing
+from bridge.jobs.import_legacy.job import DEFAULT_BATCH_SIZE, OpenedStore, _chunks, opened_import, paced_writes
+from bridge.jobs.import_legacy.pacing import IMPORT_WRITE_BUDGET_MS
 from bridge.jobs.import_legacy.plan import DELETED_CRON_REVISION, IMPORT_EVIDENCE, Builder
 from bridge.jobs.import_legacy.summary import ImportSummary
 from bridge.service.imports import ImportStore
@@ -76,9 +69,7 @@ def run_log_import(settings: Settings, open_store: Callable[[], OpenedStore], *,
         raise ValueError("batch_size must be at least 1")
     started = time.monotonic()
     with opened_import(settings, open_reader, open_store) as (reader, store):
-        pacing = Pacing(batch_size, write_budget_ms / 1000) if store.single_writer else None
-        uow = store.import_writes(busy_budget_ms=max(settings.sqlite_busy_budget_ms, IMPORT_BUSY_BUDGET_MS),
-                                  busy_attempts=IMPORT_BUSY_ATTEMPTS)
+        uow, pacing = paced_writes(settings, store, batch_size, write_budget_ms)
         crons = {cron.id: cron for cron in reader.iter_crons()}
         folders = {cron.log_name: cron.id for cron in crons.values() if cron.log_name and cron.log_name != NO_LOG}
         summary = ImportSummary(notes=["2.x keeps no RunningInstances before v2.21: history read from its task "
