@@ -243,6 +243,11 @@ class ReleaseWorld:
         with self.store.read() as conn:
             return [r.kind for r in conn.execute(select(mismatches_table.c.kind))]
 
+    def nothing_false(self, cron: int) -> None:
+        """The callback path and every pass recorded no mismatch, and 2.x's rows of the cron are the twin's."""
+        assert self.mismatches() == []
+        self.rows_agree(cron)
+
     def rows_agree(self, cron: int) -> None:
         """2.x's rows of the cron are what the twin with no bridge in front holds: its Crontabs row and, from
         v2.21, its RunningInstances rows."""
@@ -297,8 +302,7 @@ def test_a_succeeding_and_a_failing_run_close_by_the_exit_code_the_seam_block_re
                                "synthesized": False}
     assert (world.run(bad)["status"], world.run(bad)["error_code"], world.run(bad)["exit_code"]) == (
         "failed", "process_exit_error", 3)
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_stop_through_the_bridge_cancels_the_run_whichever_answer_comes_first(world: ReleaseWorld) -> None:
@@ -311,8 +315,7 @@ def test_a_stop_through_the_bridge_cancels_the_run_whichever_answer_comes_first(
     assert world.run(shell) == {"status": "cancelled", "error_code": "cancelled_by_user",
                                 "cancel_reason": "cancelled_by_user", "synthesized": False,
                                 "exit_code": SIGTERM_EXIT if world.release.sends_exit_code else None}
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_shell_killed_outside_2x_ends_as_2x_records_it_else_as_its_trap_says(world: ReleaseWorld) -> None:
@@ -329,8 +332,7 @@ def test_a_shell_killed_outside_2x_ends_as_2x_records_it_else_as_its_trap_says(w
         assert (run["status"], run["error_code"], run["exit_code"]) == ("failed", "process_exit_error", SIGTERM_EXIT)
     else:
         assert (run["status"], run["error_code"]) == ("cancelled", "stopped_in_legacy")
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_stop_made_in_2x_without_the_seam_block_is_cancelled_where_2x_records_it(world: ReleaseWorld) -> None:
@@ -352,8 +354,7 @@ def test_a_stop_made_in_2x_without_the_seam_block_is_cancelled_where_2x_records_
         assert (world.run(shell)["status"], world.run(shell)["exit_code"]) == ("ended", None)
     else:
         assert (world.run(shell)["status"], world.run(shell)["error_code"]) == ("cancelled", "stopped_in_legacy")
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_scheduled_fire_of_a_running_single_instance_cron(world: ReleaseWorld) -> None:
@@ -377,8 +378,7 @@ def test_a_scheduled_fire_of_a_running_single_instance_cron(world: ReleaseWorld)
         world.end(old, 0)
         assert (world.run(old)["status"], world.run(old)["exit_code"]) == ("succeeded", 0)
     assert world.run(new)["status"] == "running"
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_overlapping_runs_of_one_cron_are_each_closed_by_their_own_end(world: ReleaseWorld) -> None:
@@ -390,8 +390,7 @@ def test_overlapping_runs_of_one_cron_are_each_closed_by_their_own_end(world: Re
     world.end(first, 3)
     world.end(second, 0)
     assert (world.run(first)["status"], world.run(second)["status"]) == ("failed", "succeeded")
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_replayed_end_changes_nothing(world: ReleaseWorld) -> None:
@@ -402,8 +401,7 @@ def test_a_replayed_end_changes_nothing(world: ReleaseWorld) -> None:
     closed = world.run(shell)
     world.end(shell, 0)
     assert world.run(shell) == closed and world.run_count(cron) == 1
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_stop_cancels_only_the_executions_the_release_kills(world: ReleaseWorld) -> None:
@@ -423,8 +421,7 @@ def test_a_stop_cancels_only_the_executions_the_release_kills(world: ReleaseWorl
         assert world.run(first)["status"] == "running"  # 2.x never signalled it: it runs on
         world.end(first, 0)
         assert (world.run(first)["status"], world.run(first)["exit_code"]) == ("succeeded", 0)
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_bridge_restart_mid_run_keeps_the_live_run_and_closes_the_ended_one_as_2x_records_it(
@@ -450,8 +447,7 @@ def test_a_bridge_restart_mid_run_keeps_the_live_run_and_closes_the_ended_one_as
     world.end(live, 0)
     assert (world.run(live)["status"], world.run(live)["exit_code"]) == ("succeeded", 0)
     world.reconcile()
-    assert world.mismatches() == []
-    world.rows_agree(live_cron)
+    world.nothing_false(live_cron)
     world.rows_agree(gone_cron)
 
 
@@ -474,8 +470,7 @@ def test_2x_restarting_while_an_execution_runs_cancels_its_run_as_a_boot_reset(w
     run = world.run(shell)
     assert (run["status"], run["error_code"]) == ("cancelled", "legacy_boot_reset")
     world.reconcile()  # the cancelled Run against 2.x's records: nothing to report
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
     world.rows_agree(quiet)
 
 
@@ -509,8 +504,7 @@ def test_a_panel_run_through_2xs_api_is_a_manual_run_closed_by_its_exit_code(wor
     assert world.origin(shell) == "manual"
     assert (world.run(shell)["status"], world.run(shell)["exit_code"]) == ("failed", 3)
     world.reconcile()
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_scheduled_fire_is_recorded_as_the_schedulers_with_its_outcome(world: ReleaseWorld) -> None:
@@ -521,8 +515,7 @@ def test_a_scheduled_fire_is_recorded_as_the_schedulers_with_its_outcome(world: 
     world.end(shell, 0)
     assert world.origin(shell) == "scheduled_system"
     assert (world.run(shell)["status"], world.run(shell)["exit_code"]) == ("succeeded", 0)
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
 
 
 def test_a_stop_then_a_panel_run_of_a_single_instance_cron_is_no_replacement(world: ReleaseWorld) -> None:
@@ -541,5 +534,4 @@ def test_a_stop_then_a_panel_run_of_a_single_instance_cron_is_no_replacement(wor
     run = world.run(stopped)
     assert (run["status"], run["error_code"]) == ("cancelled", "stopped_in_legacy")
     assert world.run(rerun)["status"] == "running"
-    assert world.mismatches() == []
-    world.rows_agree(cron)
+    world.nothing_false(cron)
