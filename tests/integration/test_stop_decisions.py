@@ -107,10 +107,10 @@ def replaced(world: World, begin: int) -> int:
     """A single-instance cron whose execution (pid 41) runCron killed at the next fire; its trap reported 143
     and the next execution (pid 42) started."""
     cron = world.data.add_cron("single", "task single.sh", "*/5 * * * * *", allow_multiple_instances=0)
+    fired = next_tick()  # runCron kills at the fire and spawns the next execution then: no later than the kill + 5 s
     world.via_bridge(cron, 0, 41, "a.log", begin)
     assert world.double.simulate_run_cron(cron)
     world.via_bridge(cron, 1, 41, "a.log", begin, 143)
-    fired = next_tick()  # runCron spawns the next execution at the fire
     world.via_bridge(cron, 0, 42, "b.log", fired)
     world.via_bridge(cron, 1, 42, "b.log", fired, 0)
     return cron

@@ -258,12 +258,12 @@ def test_a_refused_stop_instance_changes_nothing(world: StopWorld) -> None:
 def test_a_single_instance_run_killed_by_the_next_fire_is_cancelled_as_replaced_by_next_run(
         world: StopWorld) -> None:
     cron = new_cron(world, "*/5 * * * * *", allow_multiple_instances=0)
-    begin = int(time.time()) - 5
+    begin, fired = int(time.time()) - 5, next_tick()  # the fire: taken before the kill stamps its finish time
     assert world.status(cron, 0, 701, "t/a.log", begin).status_code == 200
 
     assert world.double.simulate_run_cron(cron)  # runCron: kill, row stopped, cron idle, then the next spawn
     assert world.status(cron, 1, 701, "t/a.log", begin, 5, 143).status_code == 200  # the killed shell's trap
-    assert world.status(cron, 0, 702, "t/b.log", next_tick()).status_code == 200  # the next fire's execution
+    assert world.status(cron, 0, 702, "t/b.log", fired).status_code == 200  # the next fire's execution
 
     (old, new) = world.data.instance_rows(cron)
     assert (old["status"], old["exit_code"], new["status"]) == (2, None, 0)
@@ -304,10 +304,11 @@ def test_a_restart_during_the_window_still_decides_with_the_exit_code(world: Sto
     world.stop_bridge()
     world.start_bridge(window_s=4)
     try:
+        fired = next_tick()  # the fire: taken before the kill stamps its finish time
         assert world.status(cron, 0, 901, "w/a.log", begin).status_code == 200
         assert world.double.simulate_run_cron(cron)
         assert world.status(cron, 1, 901, "w/a.log", begin, 5, 143).status_code == 200
-        assert world.status(cron, 0, 902, "w/b.log", next_tick()).status_code == 200
+        assert world.status(cron, 0, 902, "w/b.log", fired).status_code == 200
         assert world.runs(cron)[901]["status"] == "running"  # kept: the window is not over
         world.stop_bridge()  # the bridge goes down inside the window
         world.start_bridge(window_s=4)

@@ -9,5 +9,8 @@ EVERY_5_S = "*/5 * * * * *"
 
 
 def next_tick(every_s: int = 5) -> int:
-    """The next second after now on which ``*/<every_s> * * * * *`` fires (within ``every_s`` of now)."""
+    """The next second after now on which ``*/<every_s> * * * * *`` fires (within ``every_s`` of now).
+
+    Take it before a simulated runCron kill, never after: 2.x kills at the fire, so the kill's finish time and the
+    next start are one moment, and a tick taken after the kill may fall a second past the replacement gap."""
     return (int(time.time()) // every_s + 1) * every_s
