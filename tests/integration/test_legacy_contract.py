@@ -523,7 +523,8 @@ def test_a_stop_then_a_panel_run_of_a_single_instance_cron_is_no_replacement(wor
     stopped one ended: only runCron, on a Node scheduled fire, replaces a run; a panel run never does."""
     single = {"allow_multiple_instances": 0} if world.release.kills_single_instance else {}
     cron = world.add_cron("rerun", "0 0 1 1 *", **single)  # a schedule that does not fire now
-    stopped = world.shell(cron, 981, log_path(f"rerun_{cron}", now_s()), now_s())
+    begin = now_s()  # once: the log name and the begin are one second, as the shell takes them
+    stopped = world.shell(cron, 981, log_path(f"rerun_{cron}", begin), begin)
     world.start(stopped)
     traps = world.trap_later(stopped)
     world.stop_in_2x(cron)
